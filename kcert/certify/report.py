@@ -1,0 +1,266 @@
+"""Typed results of a certification: what the checks found and what gets signed.
+
+These frozen values are the contract between the certifier (which fills them)
+and the attestation layer (which turns :meth:`CertificationReport.predicate`
+into a signed in-toto statement). No untyped dicts, no sentinel numbers: a
+figure that was not measured is ``None`` with a reason beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+PREDICATE_TYPE = "https://kcert.dev/kernel-certificate/v1"
+
+#: Every check of DESIGN.md, in the order they are reported.
+CHECK_NAMES: tuple[str, ...] = (
+    "build", "artifact", "launch", "correctness", "coverage", "bounds", "input-integrity",
+    "determinism", "special-values", "fresh-probes", "timing",
+)  # fmt: skip
+
+
+class Status(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+class Verdict(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    name: str
+    status: Status
+    message: str
+    #: Probe id (e.g. ``"n=33"``) of the first failing probe, when there is one.
+    probe: str | None = None
+    required: bool = True
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": str(self.status),
+            "probe": self.probe,
+            "message": self.message,
+            "required": self.required,
+            "details": dict(self.details),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMetrics:
+    """How far one output of one probe is from the reference."""
+
+    max_abs: float
+    max_rel: float
+    max_ulp: float
+    bad_count: int
+    first_bad_index: tuple[int, ...] | None
+    atol: float
+    rtol: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_abs": _finite(self.max_abs),
+            "max_rel": _finite(self.max_rel),
+            "max_ulp": _finite(self.max_ulp),
+            "bad_count": self.bad_count,
+            "first_bad_index": list(self.first_bad_index) if self.first_bad_index else None,
+            "atol": self.atol,
+            "rtol": self.rtol,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRecord:
+    """One probe: its shape, seed and the anchors of everything that went in and came out."""
+
+    id: str
+    kind: str  # "fixed" or "fresh"
+    seed: int
+    dims: Mapping[str, int]
+    inputs: Mapping[str, str]
+    reference: Mapping[str, str]
+    outputs: Mapping[str, str]
+    metrics: Mapping[str, ErrorMetrics]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "seed": self.seed,
+            "dims": dict(self.dims),
+            "inputs": dict(self.inputs),
+            "reference": dict(self.reference),
+            "outputs": dict(self.outputs),
+            "metrics": {k: m.to_json() for k, m in self.metrics.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What ptxas reported for the compiled kernel."""
+
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    shared_bytes: int
+    const_bytes: int
+    local_bytes: int
+    barriers: int
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "registers": self.registers,
+            "spill_stores": self.spill_stores,
+            "spill_loads": self.spill_loads,
+            "stack_bytes": self.stack_bytes,
+            "shared_bytes": self.shared_bytes,
+            "const_bytes": self.const_bytes,
+            "local_bytes": self.local_bytes,
+            "barriers": self.barriers,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRecord:
+    compiler: str  # e.g. "nvrtc 13.5"
+    arch: str
+    options: tuple[str, ...]
+    ptx_digest: str
+    cubin_digest: str
+    resources: Resources | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "compiler": self.compiler,
+            "arch": self.arch,
+            "options": list(self.options),
+            "ptx_digest": self.ptx_digest,
+            "cubin_digest": self.cubin_digest,
+            "resources": self.resources.to_json() if self.resources else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TimingResult:
+    """One timed callable (STYLE.md rule 9): unit-suffixed, never a sentinel."""
+
+    median_ms: float
+    p99_ms: float
+    min_ms: float
+    cv: float
+    runs: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "median_ms": self.median_ms,
+            "p99_ms": self.p99_ms,
+            "min_ms": self.min_ms,
+            "cv": self.cv,
+            "runs": self.runs,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TimingReport:
+    method: str
+    kernel: TimingResult | None
+    baseline: TimingResult | None
+    speedup: float | None
+    lower_bound_ms: float | None
+    skipped_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "kernel": self.kernel.to_json() if self.kernel else None,
+            "baseline": self.baseline.to_json() if self.baseline else None,
+            "speedup": self.speedup,
+            "lower_bound_ms": self.lower_bound_ms,
+            "skipped_reason": self.skipped_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class KernelIdentity:
+    name: str
+    entry: str
+    language: str  # "cuda" | "triton"
+    source_name: str
+    source_digest: str
+    spec_digest: str
+    reference_digest: str
+    build: BuildRecord | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "entry": self.entry,
+            "language": self.language,
+            "source": self.source_name,
+            "source_digest": self.source_digest,
+            "spec_digest": self.spec_digest,
+            "reference_digest": self.reference_digest,
+            "build": self.build.to_json() if self.build else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CertificationReport:
+    kernel: KernelIdentity
+    executor: str
+    hw_class: str
+    environment: Mapping[str, Any]
+    fingerprint: str
+    fresh_seed: int
+    probes: tuple[ProbeRecord, ...]
+    checks: tuple[CheckResult, ...]
+    timing: TimingReport
+    #: Smallest failing shape per failing check, after minimization.
+    minimized: Mapping[str, Mapping[str, int]]
+    certifier_version: str
+    issued_at: str  # RFC 3339, UTC
+
+    @property
+    def verdict(self) -> Verdict:
+        failed = any(c.required and c.status is Status.FAIL for c in self.checks)
+        return Verdict.FAIL if failed else Verdict.PASS
+
+    def first_failure(self) -> CheckResult | None:
+        return next((c for c in self.checks if c.status is Status.FAIL), None)
+
+    def predicate(self) -> dict[str, Any]:
+        """The in-toto predicate (``PREDICATE_TYPE``) this report is signed as."""
+        return {
+            "kernel": self.kernel.to_json(),
+            "hardware": {"class": self.hw_class, "executor": self.executor},
+            "environment": {"fields": dict(self.environment), "fingerprint": self.fingerprint},
+            "probes": {
+                "fresh_seed": self.fresh_seed,
+                "items": [p.to_json() for p in self.probes],
+            },
+            "checks": [c.to_json() for c in self.checks],
+            "minimized": {k: dict(v) for k, v in self.minimized.items()},
+            "timing": self.timing.to_json(),
+            "verdict": str(self.verdict),
+            "certifier": {"name": "kcert", "version": self.certifier_version},
+            "issued_at": self.issued_at,
+        }
+
+
+def _finite(value: float) -> float | str:
+    """JSON (and RFC 8785) has no NaN or Inf: write them as strings."""
+    if value != value:
+        return "nan"
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return value

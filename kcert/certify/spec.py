@@ -1,0 +1,632 @@
+"""``kcert.toml`` format version 1, parsed into frozen, typed models.
+
+The spec is data: expressions go through :mod:`kcert.certify.expr`, never
+``eval``. Every error names the file, the kernel, the key and what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from kcert.certify.expr import Expr, ExprError, Number, parse_expr
+from kcert.digest import Digest, canonical_json
+from kcert.errors import KcertError
+
+SPEC_NAME = "kcert.toml"
+FORMAT_VERSION = 1
+
+DTYPES: tuple[str, ...] = (
+    "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool",
+)  # fmt: skip
+FLOAT_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BUFFER = re.compile(r"^(in|out|inout)\s+([a-z0-9]+)\s*\[(.*)\]$", re.S)
+_ASSIGN = re.compile(r"^([a-z0-9]+)\s*=\s*(.+)$", re.S)
+_DOMAIN = re.compile(r"^(normal|uniform)\s*\(\s*([^,()]+)\s*,\s*([^,()]+)\s*\)$")
+_MAX_DIM_VALUES = 64
+
+
+class SpecError(KcertError):
+    """A spec that cannot be used, located by file, kernel and key."""
+
+    kind = "bad-spec"
+
+    def __init__(
+        self, message: str, *, file: Path | None = None, kernel: str | None = None,
+        key: str | None = None,
+    ) -> None:  # fmt: skip
+        self.file, self.kernel, self.key, self.message = file, kernel, key, message
+        super().__init__(self.diagnostics())
+
+    def diagnostics(self) -> str:
+        where = [str(self.file) if self.file else SPEC_NAME]
+        if self.kernel is not None:
+            where.append(f"kernel '{self.kernel}'")
+        if self.key is not None:
+            where.append(f"key '{self.key}'")
+        return ": ".join([*where, self.message])
+
+
+class Intent(StrEnum):
+    IN = "in"
+    OUT = "out"
+    INOUT = "inout"
+
+
+@dataclass(frozen=True, slots=True)
+class BufferArg:
+    name: str
+    intent: Intent
+    dtype: str
+    shape: tuple[Expr, ...]
+
+    @property
+    def is_output(self) -> bool:
+        return self.intent is not Intent.IN
+
+    def spec_text(self) -> str:
+        return f"{self.intent} {self.dtype}[{', '.join(e.text for e in self.shape)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarArg:
+    name: str
+    dtype: str
+    value: Expr
+
+    def spec_text(self) -> str:
+        return f"{self.dtype} = {self.value.text}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConstArg:
+    """A Triton ``tl.constexpr`` parameter."""
+
+    name: str
+    value: Expr
+
+    def spec_text(self) -> str:
+        return f"const = {self.value.text}"
+
+
+Arg = BufferArg | ScalarArg | ConstArg
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True, slots=True)
+class ValueDomain:
+    """Where probe inputs for one buffer are drawn from."""
+
+    kind: Literal["auto", "normal", "uniform"]
+    a: float = 0.0
+    b: float = 0.0
+
+    def spec_text(self) -> str:
+        return "auto" if self.kind == "auto" else f"{self.kind}({self.a!r}, {self.b!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactLimits:
+    max_registers: int | None = None
+    max_spills: int | None = None
+    max_local_bytes: int | None = None
+    max_shared_bytes: int | None = None
+    required: tuple[str, ...] = ()
+    forbidden: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSettings:
+    """Caps on the probe set: how many probes and how large any one may be."""
+
+    max_probes: int = 48
+    fresh: int = 4
+    max_elements: int = 1 << 24
+
+
+@dataclass(frozen=True, slots=True)
+class Callable_:
+    """A ``file.py:function`` reference, resolved against the spec's folder."""
+
+    path: Path
+    function: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """A kernel's launch and arguments bound to one assignment of its dims."""
+
+    dims: Mapping[str, int]
+    scalars: Mapping[str, Number]
+    consts: Mapping[str, int]
+    shapes: Mapping[str, tuple[int, ...]]
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared_mem: int
+
+    def elements(self) -> int:
+        total = 0
+        for shape in self.shapes.values():
+            count = 1
+            for extent in shape:
+                count *= extent
+            total += count
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSpec:
+    name: str
+    spec_path: Path
+    source: Path
+    language: Literal["cuda", "triton"]
+    entry: str
+    reference: Callable_
+    baseline: Callable_ | None
+    grid: tuple[Expr, ...]
+    block: tuple[Expr, ...]
+    shared_mem: Expr
+    dims: Mapping[str, tuple[int, ...]]
+    args: tuple[Arg, ...]
+    tolerance: Mapping[str, Tolerance]
+    values: Mapping[str, ValueDomain]
+    artifact: ArtifactLimits
+    probes: ProbeSettings
+    build_options: tuple[str, ...] = ()
+    num_warps: int | None = None
+    _table: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def buffers(self) -> tuple[BufferArg, ...]:
+        return tuple(a for a in self.args if isinstance(a, BufferArg))
+
+    @property
+    def outputs(self) -> tuple[BufferArg, ...]:
+        return tuple(a for a in self.buffers if a.is_output)
+
+    def normalized(self) -> dict[str, Any]:
+        """The spec as canonical data: what the spec digest is taken over."""
+        return {
+            "format": FORMAT_VERSION,
+            "name": self.name,
+            "source": self.source.name,
+            "language": self.language,
+            "entry": self.entry,
+            "reference": self.reference.text,
+            "baseline": self.baseline.text if self.baseline else None,
+            "grid": [e.text for e in self.grid],
+            "block": [e.text for e in self.block],
+            "shared_mem": self.shared_mem.text,
+            "dims": {k: list(v) for k, v in self.dims.items()},
+            "args": [[a.name, a.spec_text()] for a in self.args],
+            "tolerance": {k: {"atol": repr(t.atol), "rtol": repr(t.rtol)}
+                          for k, t in sorted(self.tolerance.items())},
+            "values": {k: v.spec_text() for k, v in sorted(self.values.items())},
+            "artifact": {
+                "max_registers": self.artifact.max_registers,
+                "max_spills": self.artifact.max_spills,
+                "max_local_bytes": self.artifact.max_local_bytes,
+                "max_shared_bytes": self.artifact.max_shared_bytes,
+                "required": list(self.artifact.required),
+                "forbidden": list(self.artifact.forbidden),
+            },
+            "probes": {"max_probes": self.probes.max_probes, "fresh": self.probes.fresh,
+                       "max_elements": self.probes.max_elements},
+            "build_options": list(self.build_options),
+            "num_warps": self.num_warps,
+        }  # fmt: skip
+
+    @property
+    def digest(self) -> Digest:
+        """Digest of the normalized spec (whitespace, comments and key order don't count)."""
+        return Digest.of_bytes(canonical_json(self.normalized()))
+
+    def bind(self, dims: Mapping[str, int]) -> Launch:
+        """Evaluate scalars, consts, shapes and the launch for one assignment of dims."""
+        missing = set(self.dims) - set(dims)
+        if missing:
+            raise self.error("dims", f"no value for dim(s) {', '.join(sorted(missing))}")
+        env: dict[str, Number] = dict(dims)
+        scalars: dict[str, Number] = {}
+        consts: dict[str, int] = {}
+        try:
+            for arg in self.args:
+                if isinstance(arg, ScalarArg):
+                    value = arg.value.evaluate(env)
+                    if arg.dtype not in FLOAT_DTYPES and not isinstance(value, int):
+                        raise self.error(f"args.{arg.name}", f"{arg.dtype} scalar got {value!r}")
+                    scalars[arg.name] = float(value) if arg.dtype in FLOAT_DTYPES else value
+                    env[arg.name] = scalars[arg.name]
+                elif isinstance(arg, ConstArg):
+                    consts[arg.name] = arg.value.evaluate_int(env)
+                    env[arg.name] = consts[arg.name]
+            shapes = {b.name: tuple(e.evaluate_int(env) for e in b.shape) for b in self.buffers}
+            grid = tuple(e.evaluate_int(env) for e in self.grid)
+            block = tuple(e.evaluate_int(env) for e in self.block)
+            shared_mem = self.shared_mem.evaluate_int(env)
+        except ExprError as exc:
+            raise self.error("args", f"with dims {dict(dims)}: {exc.diagnostics()}") from exc
+        for name, shape in shapes.items():
+            if any(extent < 0 for extent in shape):
+                raise self.error(f"args.{name}", f"negative extent {shape} with dims {dict(dims)}")
+        if any(g < 1 for g in grid):
+            raise self.error("grid", f"grid {grid} has an empty axis with dims {dict(dims)}")
+        return Launch(dict(dims), scalars, consts, shapes, grid, block, shared_mem)
+
+    def error(self, key: str, message: str) -> SpecError:
+        return SpecError(message, file=self.spec_path, kernel=self.name, key=key)
+
+
+@dataclass(frozen=True, slots=True)
+class SpecFile:
+    path: Path
+    kernels: tuple[KernelSpec, ...]
+
+    def kernel(self, name: str | None = None, *, source: Path | None = None) -> KernelSpec:
+        """Pick one kernel by name, by source file, or the only one there is."""
+        candidates = list(self.kernels)
+        if source is not None:
+            resolved = source.resolve()
+            candidates = [k for k in candidates if k.source.resolve() == resolved]
+            if not candidates:
+                raise SpecError(f"no [[kernel]] has source = '{source.name}'", file=self.path)
+        if name is not None:
+            named = [k for k in candidates if k.name == name]
+            if not named:
+                known = ", ".join(k.name for k in candidates)
+                raise SpecError(f"no kernel named '{name}' here (known: {known})", file=self.path)
+            return named[0]
+        if len(candidates) > 1:
+            known = ", ".join(k.name for k in candidates)
+            raise SpecError(f"several kernels match; pick one with --kernel ({known})",
+                            file=self.path)  # fmt: skip
+        return candidates[0]
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def find_spec(source: Path) -> Path:
+    """The ``kcert.toml`` beside ``source`` or in the nearest parent folder."""
+    folder = source.resolve().parent
+    for candidate in (folder, *folder.parents):
+        path = candidate / SPEC_NAME
+        if path.is_file():
+            return path
+    raise SpecError(
+        f"no {SPEC_NAME} beside {source} or in any parent folder; "
+        f"run 'kcert init {source}' to scaffold one"
+    )
+
+
+def resolve_kernel(path: Path, kernel: str | None = None) -> KernelSpec:
+    """Resolve a CLI argument (a spec file or a kernel source) to one kernel."""
+    if not path.exists():
+        raise SpecError(f"{path} does not exist", file=path)
+    if path.suffix == ".toml":
+        return load_spec(path).kernel(kernel)
+    spec = load_spec(find_spec(path))
+    return spec.kernel(kernel, source=path)
+
+
+def load_spec(path: Path) -> SpecFile:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror or exc}", file=path) from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SpecError("is not UTF-8 text", file=path) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"is not valid TOML: {exc}", file=path) from exc
+    return parse_spec(data, path)
+
+
+def parse_spec(data: Mapping[str, Any], path: Path) -> SpecFile:
+    _only_keys(data, {"version", "kernel"}, path, None, "")
+    version = data.get("version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise SpecError(f"format version {version!r} is not supported (only 1)", file=path,
+                        key="version")  # fmt: skip
+    tables = data.get("kernel")
+    if not isinstance(tables, list) or not tables:
+        raise SpecError("has no [[kernel]] tables", file=path, key="kernel")
+    kernels: list[KernelSpec] = []
+    seen: set[str] = set()
+    for index, table in enumerate(tables):
+        if not isinstance(table, dict):
+            raise SpecError("must be a table", file=path, key=f"kernel[{index}]")
+        kernel = _Table(table, path, index).parse()
+        if kernel.name in seen:
+            raise SpecError("appears twice in this file", file=path, kernel=kernel.name,
+                            key="name")  # fmt: skip
+        seen.add(kernel.name)
+        kernels.append(kernel)
+    return SpecFile(path, tuple(kernels))
+
+
+def _only_keys(
+    table: Mapping[str, Any], allowed: set[str], path: Path, kernel: str | None, prefix: str
+) -> None:
+    for key in table:
+        if key not in allowed:
+            hint = ", ".join(sorted(allowed))
+            raise SpecError(f"unknown key (allowed: {hint})", file=path, kernel=kernel,
+                            key=f"{prefix}{key}")  # fmt: skip
+
+
+_KERNEL_KEYS = {
+    "name", "source", "entry", "reference", "baseline", "grid", "block", "shared_mem", "dims",
+    "args", "tolerance", "values", "artifact", "probes", "build", "num_warps",
+}  # fmt: skip
+
+
+class _Table:
+    """One ``[[kernel]]`` table being parsed; knows how to locate its errors."""
+
+    def __init__(self, table: Mapping[str, Any], path: Path, index: int) -> None:
+        self.t, self.path = table, path
+        name = table.get("name")
+        self.name = name if isinstance(name, str) and name else f"#{index + 1}"
+
+    def fail(self, key: str, message: str) -> SpecError:
+        return SpecError(message, file=self.path, kernel=self.name, key=key)
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        if key not in self.t:
+            if default is ...:
+                raise self.fail(key, "is required")
+            return default
+        value = self.t[key]
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            raise self.fail(key, f"must be {_kind_name(kind)}, got {type(value).__name__}")
+        return value
+
+    def expr(self, key: str, value: Any, allowed: set[str]) -> Expr:
+        try:
+            parsed = parse_expr(value)
+        except ExprError as exc:
+            raise self.fail(key, exc.diagnostics()) from exc
+        unknown = parsed.names() - allowed
+        if unknown:
+            raise self.fail(key, f"unknown name(s) {', '.join(sorted(unknown))} in '{parsed}'; "
+                            f"known: {', '.join(sorted(allowed)) or 'none'}")  # fmt: skip
+        return parsed
+
+    def parse(self) -> KernelSpec:
+        _only_keys(self.t, _KERNEL_KEYS, self.path, self.name, "")
+        name = self.get("name", str)
+        if not _IDENT.match(name.replace("-", "_")):
+            raise self.fail("name", f"'{name}' must be letters, digits, '_' or '-'")
+        source_text = self.get("source", str)
+        source = (self.path.parent / source_text).resolve()
+        if source.suffix not in (".cu", ".py"):
+            raise self.fail("source", f"'{source_text}' must end in .cu (CUDA C) or .py (Triton)")
+        if not source.is_file():
+            raise self.fail("source", f"file '{source_text}' not found beside the spec")
+        language: Literal["cuda", "triton"] = "cuda" if source.suffix == ".cu" else "triton"
+        entry = self.get("entry", str)
+        if not _IDENT.match(entry):
+            raise self.fail("entry", f"'{entry}' is not a function name")
+        reference = self.callable("reference", required=True)
+        assert reference is not None
+        baseline = self.callable("baseline", required=False)
+        dims = self.dims()
+        args = self.args(set(dims))
+        names = set(dims) | {a.name for a in args if not isinstance(a, BufferArg)}
+        grid = self.launch_axes("grid", names)
+        if language == "cuda":
+            block = self.launch_axes("block", names)
+        elif "block" in self.t:
+            raise self.fail("block", "is CUDA-only; a Triton kernel's block size is a const arg")
+        else:
+            block = ()
+        shared_mem = self.expr("shared_mem", self.get("shared_mem", (int, str), 0), names)
+        if language == "triton" and "shared_mem" in self.t:
+            raise self.fail("shared_mem", "is CUDA-only")
+        num_warps = self.get("num_warps", int, None)
+        if num_warps is not None and (language != "triton" or num_warps not in (1, 2, 4, 8, 16)):
+            raise self.fail("num_warps", "is for Triton only, and one of 1, 2, 4, 8, 16")
+        build = self.t.get("build", {})
+        if not isinstance(build, dict):
+            raise self.fail("build", "must be a table")
+        _only_keys(build, {"options"}, self.path, self.name, "build.")
+        options = build.get("options", [])
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+            raise self.fail("build.options", "must be a list of strings (NVRTC options)")
+        buffers = {a.name: a for a in args if isinstance(a, BufferArg)}
+        return KernelSpec(
+            name=name, spec_path=self.path, source=source, language=language, entry=entry,
+            reference=reference, baseline=baseline, grid=grid, block=block,
+            shared_mem=shared_mem, dims=dims, args=args, tolerance=self.tolerance(),
+            values=self.values(buffers), artifact=self.artifact(), probes=self.probe_settings(),
+            build_options=tuple(options), num_warps=num_warps, _table=dict(self.t),
+        )  # fmt: skip
+
+    def callable(self, key: str, *, required: bool) -> Callable_ | None:
+        text = self.get(key, str, ... if required else None)
+        if text is None:
+            return None
+        file, sep, function = text.rpartition(":")
+        if not sep or not file.endswith(".py") or not _IDENT.match(function):
+            raise self.fail(key, f"'{text}' must look like 'file.py:function'")
+        path = (self.path.parent / file).resolve()
+        if not path.is_file():
+            raise self.fail(key, f"file '{file}' not found beside the spec")
+        return Callable_(path, function, text)
+
+    def dims(self) -> dict[str, tuple[int, ...]]:
+        table = self.get("dims", dict)
+        if not table:
+            raise self.fail("dims", "must name at least one dim, e.g. dims = { n = [1, 33, 1000] }")
+        dims: dict[str, tuple[int, ...]] = {}
+        for dim, values in table.items():
+            key = f"dims.{dim}"
+            if not _IDENT.match(dim):
+                raise self.fail(key, "is not a valid name")
+            if not isinstance(values, list) or not values:
+                raise self.fail(key, "must be a non-empty list of sizes")
+            if len(values) > _MAX_DIM_VALUES:
+                raise self.fail(key, f"has {len(values)} values; at most {_MAX_DIM_VALUES}")
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 31:
+                    raise self.fail(key, f"{v!r} is not a size between 1 and 2**31")
+            dims[dim] = tuple(dict.fromkeys(values))
+        return dims
+
+    def args(self, dims: set[str]) -> tuple[Arg, ...]:
+        table = self.get("args", dict)
+        if not table:
+            raise self.fail("args", "must list every kernel parameter in order")
+        args: list[Arg] = []
+        known = set(dims)
+        for arg_name, text in table.items():
+            key = f"args.{arg_name}"
+            if not _IDENT.match(arg_name):
+                raise self.fail(key, "is not a valid parameter name")
+            if not isinstance(text, str):
+                raise self.fail(key, "must be a string such as \"in f32[n]\" or \"i32 = n\"")
+            args.append(self.arg(key, arg_name, text.strip(), known))
+            known.add(arg_name)
+        scalar_names = known
+        for arg in args:
+            if isinstance(arg, BufferArg):
+                for e in arg.shape:
+                    unknown = e.names() - scalar_names
+                    if unknown:
+                        raise self.fail(f"args.{arg.name}",
+                                        f"unknown name(s) {', '.join(sorted(unknown))} in shape")  # fmt: skip
+        if not any(isinstance(a, BufferArg) and a.is_output for a in args):
+            raise self.fail("args", "needs at least one 'out' or 'inout' buffer to check")
+        return tuple(args)
+
+    def arg(self, key: str, name: str, text: str, known: set[str]) -> Arg:
+        if match := _BUFFER.match(text):
+            intent, dtype, shape_text = match.groups()
+            self.dtype(key, dtype)
+            parts = [p for p in shape_text.split(",")] if shape_text.strip() else []
+            if not parts or len(parts) > 8:
+                raise self.fail(key, "a buffer needs 1 to 8 extents, e.g. f32[m, n]")
+            shape = []
+            for part in parts:
+                try:
+                    shape.append(parse_expr(part))
+                except ExprError as exc:
+                    raise self.fail(key, exc.diagnostics()) from exc
+            return BufferArg(name, Intent(intent), dtype, tuple(shape))
+        if match := _ASSIGN.match(text):
+            head, value = match.groups()
+            if head == "const":
+                return ConstArg(name, self.expr(key, value, known))
+            self.dtype(key, head)
+            return ScalarArg(name, head, self.expr(key, value, known))
+        raise self.fail(key, f"'{text}' is neither a buffer ('in|out|inout dtype[shape]'), "
+                        "a scalar ('dtype = expr') nor a const ('const = expr')")  # fmt: skip
+
+    def dtype(self, key: str, dtype: str) -> None:
+        if dtype not in DTYPES:
+            raise self.fail(key, f"unknown dtype '{dtype}' (known: {' '.join(DTYPES)})")
+
+    def launch_axes(self, key: str, names: set[str]) -> tuple[Expr, ...]:
+        value = self.get(key, list)
+        if not 1 <= len(value) <= 3:
+            raise self.fail(key, "must have 1 to 3 axes")
+        return tuple(self.expr(f"{key}[{i}]", v, names) for i, v in enumerate(value))
+
+    def tolerance(self) -> dict[str, Tolerance]:
+        table = self.get("tolerance", dict, {})
+        result: dict[str, Tolerance] = {}
+        for dtype, entry in table.items():
+            key = f"tolerance.{dtype}"
+            self.dtype(key, dtype)
+            if not isinstance(entry, dict):
+                raise self.fail(key, "must be a table like { atol = 1e-5, rtol = 1e-6 }")
+            _only_keys(entry, {"atol", "rtol"}, self.path, self.name, f"{key}.")
+            bounds = []
+            for bound in ("atol", "rtol"):
+                v = entry.get(bound, 0.0)
+                if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e30:
+                    raise self.fail(f"{key}.{bound}", f"{v!r} must be a non-negative number")
+                bounds.append(float(v))
+            result[dtype] = Tolerance(*bounds)
+        return result
+
+    def values(self, buffers: Mapping[str, BufferArg]) -> dict[str, ValueDomain]:
+        table = self.get("values", dict, {})
+        result: dict[str, ValueDomain] = {}
+        for arg_name, text in table.items():
+            key = f"values.{arg_name}"
+            if arg_name not in buffers:
+                raise self.fail(key, "names no buffer argument")
+            if buffers[arg_name].intent is Intent.OUT:
+                raise self.fail(key, "an 'out' buffer has no input values")
+            if text == "auto":
+                result[arg_name] = ValueDomain("auto")
+                continue
+            match = _DOMAIN.match(text) if isinstance(text, str) else None
+            if match is None:
+                raise self.fail(key, f"{text!r} must be normal(mu, sigma), uniform(lo, hi) or auto")
+            try:
+                a, b = float(match.group(2)), float(match.group(3))
+            except ValueError as exc:
+                raise self.fail(key, f"{text!r} has a bound that is not a number") from exc
+            kind = match.group(1)
+            if not all(abs(v) < 1e300 for v in (a, b)):
+                raise self.fail(key, "bounds must be finite")
+            if kind == "normal" and b < 0 or kind == "uniform" and not a < b:
+                raise self.fail(key, "needs sigma >= 0" if kind == "normal" else "needs lo < hi")
+            result[arg_name] = ValueDomain(kind, a, b)  # type: ignore[arg-type]
+        return result
+
+    def artifact(self) -> ArtifactLimits:
+        table = self.get("artifact", dict, {})
+        keys = {"max_registers", "max_spills", "max_local_bytes", "max_shared_bytes",
+                "required", "forbidden"}  # fmt: skip
+        _only_keys(table, keys, self.path, self.name, "artifact.")
+        limits: dict[str, Any] = {}
+        for key in sorted(keys):
+            if key not in table:
+                continue
+            value = table[key]
+            if key in ("required", "forbidden"):
+                if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                    raise self.fail(f"artifact.{key}", "must be a list of non-empty strings")
+                limits[key] = tuple(value)
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise self.fail(f"artifact.{key}", f"{value!r} must be a non-negative integer")
+            else:
+                limits[key] = value
+        return ArtifactLimits(**limits)
+
+    def probe_settings(self) -> ProbeSettings:
+        table = self.get("probes", dict, {})
+        _only_keys(table, {"max_probes", "fresh", "max_elements"}, self.path, self.name, "probes.")
+        ranges = {"max_probes": (1, 4096), "fresh": (0, 256), "max_elements": (1, 1 << 31)}
+        values: dict[str, int] = {}
+        for key, (lo, hi) in ranges.items():
+            if key in table:
+                v = table[key]
+                if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                    raise self.fail(f"probes.{key}", f"{v!r} must be an integer in [{lo}, {hi}]")
+                values[key] = v
+        return ProbeSettings(**values)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", list: "a list", dict: "a table", bool: "true/false"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)

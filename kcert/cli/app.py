@@ -1,0 +1,63 @@
+"""The Typer application, and the one place where errors become exit codes.
+
+Exit codes: 0 success, pass or allowed; 1 a verdict of fail, denied or an
+invalid signature; 2 bad input, usage or environment. Each sub-module owns
+one group of commands and registers it here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from kcert.cli.output import emit_error
+from kcert.errors import KcertError
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+
+
+class _KcertGroup(TyperGroup):
+    """Turns every :class:`KcertError` into a message and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KcertError as exc:
+            argv = [*ctx.protected_args, *ctx.args]
+            emit_error(exc, as_json="--json" in argv)
+            raise typer.Exit(EXIT_USAGE) from None
+
+
+app = typer.Typer(
+    cls=_KcertGroup,
+    name="kcert",
+    help="Certify GPU kernels against adversarial probes, sign the evidence, gate deployments.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register_all() -> None:
+    from kcert.cli import attest_cmds, audit_cmds, build_cmds, certify_cmds, registry_cmds
+
+    for module in (build_cmds, certify_cmds, attest_cmds, registry_cmds, audit_cmds):
+        module.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app(prog_name="kcert")
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        raise SystemExit(130) from None
