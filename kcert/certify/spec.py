@@ -508,8 +508,8 @@ class _Table:
                 for e in arg.shape:
                     unknown = e.names() - scalar_names
                     if unknown:
-                        raise self.fail(f"args.{arg.name}",
-                                        f"unknown name(s) {', '.join(sorted(unknown))} in shape")  # fmt: skip
+                        names = ", ".join(sorted(unknown))
+                        raise self.fail(f"args.{arg.name}", f"unknown name(s) {names} in shape")
         if not any(isinstance(a, BufferArg) and a.is_output for a in args):
             raise self.fail("args", "needs at least one 'out' or 'inout' buffer to check")
         return tuple(args)
@@ -518,7 +518,7 @@ class _Table:
         if match := _BUFFER.match(text):
             intent, dtype, shape_text = match.groups()
             self.dtype(key, dtype)
-            parts = [p for p in shape_text.split(",")] if shape_text.strip() else []
+            parts = shape_text.split(",") if shape_text.strip() else []
             if not parts or len(parts) > 8:
                 raise self.fail(key, "a buffer needs 1 to 8 extents, e.g. f32[m, n]")
             shape = []
@@ -627,6 +627,8 @@ class _Table:
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", list: "a list", dict: "a table", bool: "true/false"}
+    names = {
+        str: "a string", int: "an integer", list: "a list", dict: "a table", bool: "true/false",
+    }  # fmt: skip
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(names.get(k, k.__name__) for k in kinds)

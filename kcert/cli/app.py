@@ -8,12 +8,12 @@ one group of commands and registers it here.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
+from kcert import __version__
 from kcert.cli.output import emit_error
 from kcert.errors import KcertError
 
@@ -25,7 +25,7 @@ EXIT_USAGE = 2
 class _KcertGroup(TyperGroup):
     """Turns every :class:`KcertError` into a message and exit code 2."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except KcertError as exc:
@@ -44,10 +44,34 @@ app = typer.Typer(
 )
 
 
-def _register_all() -> None:
-    from kcert.cli import attest_cmds, audit_cmds, build_cmds, certify_cmds, registry_cmds
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kcert {__version__}")
+        raise typer.Exit(EXIT_OK)
 
-    for module in (build_cmds, certify_cmds, attest_cmds, registry_cmds, audit_cmds):
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    """Certify GPU kernels against adversarial probes, sign the evidence, gate deployments."""
+
+
+def _register_all() -> None:
+    from kcert.cli import (
+        attest_cmds,
+        audit_cmds,
+        build_cmds,
+        certify_cmds,
+        fingerprint_cmd,
+        registry_cmds,
+    )
+
+    for module in (
+        build_cmds, certify_cmds, fingerprint_cmd, attest_cmds, registry_cmds, audit_cmds,
+    ):  # fmt: skip
         module.register(app)
 
 
