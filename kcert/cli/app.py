@@ -25,11 +25,12 @@ EXIT_USAGE = 2
 class _KcertGroup(TyperGroup):
     """Turns every :class:`KcertError` into a message and exit code 2."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
+        # The group clears its argument lists while dispatching: read them first.
+        argv = [*getattr(ctx, "_protected_args", ()), *ctx.args]
         try:
             return super().invoke(ctx)
         except KcertError as exc:
-            argv = [*ctx.protected_args, *ctx.args]
             emit_error(exc, as_json="--json" in argv)
             raise typer.Exit(EXIT_USAGE) from None
 
