@@ -19,6 +19,8 @@ from kcert.digest import Digest, canonical_json
 from kcert.errors import KcertError
 
 SPEC_NAME = "kcert.toml"
+#: What ``kcert init`` writes where only the user can say; refused until replaced.
+PLACEHOLDER = "FILL_IN"
 FORMAT_VERSION = 1
 
 DTYPES: tuple[str, ...] = (
@@ -402,6 +404,8 @@ class _Table:
         except ExprError as exc:
             raise self.fail(key, exc.diagnostics()) from exc
         unknown = parsed.names() - allowed
+        if PLACEHOLDER in unknown:
+            raise self.fail(key, _PLACEHOLDER_HINT)
         if unknown:
             raise self.fail(key, f"unknown name(s) {', '.join(sorted(unknown))} in '{parsed}'; "
                             f"known: {', '.join(sorted(allowed)) or 'none'}")  # fmt: skip
@@ -478,6 +482,9 @@ class _Table:
             key = f"dims.{dim}"
             if not _IDENT.match(dim):
                 raise self.fail(key, "is not a valid name")
+            if values == PLACEHOLDER:
+                raise self.fail(key, "still holds the placeholder from 'kcert init': fill in "
+                                "the sizes to probe, e.g. [1, 31, 32, 33, 1000]")  # fmt: skip
             if not isinstance(values, list) or not values:
                 raise self.fail(key, "must be a non-empty list of sizes")
             if len(values) > _MAX_DIM_VALUES:
@@ -507,6 +514,8 @@ class _Table:
             if isinstance(arg, BufferArg):
                 for e in arg.shape:
                     unknown = e.names() - scalar_names
+                    if PLACEHOLDER in unknown:
+                        raise self.fail(f"args.{arg.name}", _PLACEHOLDER_HINT)
                     if unknown:
                         names = ", ".join(sorted(unknown))
                         raise self.fail(f"args.{arg.name}", f"unknown name(s) {names} in shape")
@@ -518,7 +527,7 @@ class _Table:
         if match := _BUFFER.match(text):
             intent, dtype, shape_text = match.groups()
             self.dtype(key, dtype)
-            parts = shape_text.split(",") if shape_text.strip() else []
+            parts = _split_extents(shape_text) if shape_text.strip() else []
             if not parts or len(parts) > 8:
                 raise self.fail(key, "a buffer needs 1 to 8 extents, e.g. f32[m, n]")
             shape = []
@@ -624,6 +633,27 @@ class _Table:
                     raise self.fail(f"probes.{key}", f"{v!r} must be an integer in [{lo}, {hi}]")
                 values[key] = v
         return ProbeSettings(**values)
+
+
+def _split_extents(text: str) -> list[str]:
+    """Split a shape at its top-level commas, so that ``f32[cdiv(n, 4), m]`` has two extents."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+_PLACEHOLDER_HINT = (
+    f"still holds the placeholder {PLACEHOLDER} from 'kcert init': replace it with an "
+    "expression over the dims (e.g. f32[m, n] for a shape, cdiv(n, 256) for a grid)"
+)
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:

@@ -1,9 +1,173 @@
-"""Commands of this group (filled in by the issue that owns them)."""
+"""``kcert audit verify`` and ``kcert audit replay N``: audit a registry's log.
+
+Key pinning: ``verify`` trusts a checkpoint only under a pinned log key, kept
+per registry in ``KCERT_HOME/audit/<registry>/log.vkey``. With none pinned it
+refuses (exit 2) unless the user names the key (``--key FILE``, the C2SP
+verifier key the operator published; it is pinned) or explicitly accepts the
+key the registry serves now (``--trust-on-first-use``; it is pinned and
+printed). A ``--key`` that differs from the pinned one is refused: rotating a
+log key is a deliberate act (delete the pin file). After a successful audit the
+checkpoint and its leaf hashes are saved beside the pin, and the next audit
+proves the log still extends them.
+
+Exit codes: 0 all holds, 1 something differs (the first bad index is named),
+2 bad input or an unreachable log.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from kcert.cli.output import emit_json, err_console, out_console
+from kcert.errors import UsageError
+from kcert.log.monitor import AuditResult, AuditState, audit_log, state_dir_name
+from kcert.log.note import Verifier
+from kcert.log.source import HttpLogSource, LogSource
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+audit_app = typer.Typer(
+    name="audit",
+    help="Audit a registry's log: verify its checkpoints and entries, replay its decisions.",
+    no_args_is_help=True,
+)
+
+RegistryOpt = Annotated[
+    str | None,
+    typer.Option("--registry", help="Registry URL (default: KCERT_REGISTRY, else the embedded one)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+
+
+def open_source(registry: str | None) -> tuple[LogSource, Path]:
+    """The log to audit and ``KCERT_HOME``: a remote registry, or the embedded database."""
+    from kcert.registry.config import Settings
+
+    settings = Settings()
+    url = registry or settings.registry
+    if url:
+        return HttpLogSource(url), settings.home
+    from sqlalchemy.engine import make_url
+
+    from kcert.registry.audit import DatabaseLogSource
+    from kcert.registry.db import engine_for
+
+    db_url = settings.resolved_database_url()
+    parsed = make_url(db_url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").exists():
+        raise UsageError(
+            f"no embedded registry at {parsed.database}; name one with --registry URL "
+            "or KCERT_REGISTRY, or set KCERT_HOME"
+        )
+    return DatabaseLogSource(engine_for(db_url), settings.home), settings.home
+
+
+def resolve_key(
+    state: AuditState, source: LogSource, key: Path | None, tofu: bool
+) -> tuple[Verifier, str | None]:
+    """The verifier to trust, and a note when it was pinned by this run."""
+    pinned = state.pinned()
+    if key is not None:
+        try:
+            given = Verifier.from_vkey(key.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise UsageError(f"cannot read the log key {key}: {exc.strerror}") from exc
+        if pinned is not None and pinned != given:
+            raise UsageError(
+                f"{key} is not the log key pinned for {source.label} ({pinned.vkey()}); "
+                f"if the registry really rotated its key, delete {state.key_file} and run again"
+            )
+        if pinned is None:
+            state.pin(given)
+            return given, f"pinned the log key from {key}"
+        return given, None
+    if pinned is not None:
+        return pinned, None
+    if not tofu:
+        raise UsageError(
+            f"no log key is pinned for {source.label}. Pass --key FILE with the verifier key "
+            "its operator published, or --trust-on-first-use to pin the key it serves now"
+        )
+    served = Verifier.from_vkey(source.verifier_key())
+    state.pin(served)
+    return served, f"trusting on first use and pinning the key served now: {served.vkey()}"
+
+
+def _previous(state: AuditState, checkpoint: Path | None) -> list[tuple[str, str]]:
+    previous: list[tuple[str, str]] = []
+    if checkpoint is not None:
+        try:
+            previous.append((f"checkpoint {checkpoint}", checkpoint.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read the checkpoint file {checkpoint}") from exc
+    last = state.last_checkpoint()
+    if last is not None:
+        previous.append(("the last audited checkpoint", last))
+    return previous
+
+
+def verify(
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option("--checkpoint", help="A checkpoint (signed note) the log must still extend."),
+    ] = None,
+    registry: RegistryOpt = None,
+    key: Annotated[
+        Path | None, typer.Option("--key", help="The log's C2SP verifier key file (pins it).")
+    ] = None,
+    trust_on_first_use: Annotated[
+        bool,
+        typer.Option("--trust-on-first-use", help="Pin the key the log serves when none is pinned."),
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check the current checkpoint's signature, recompute its root from every entry, and
+    prove it extends the given checkpoint and the last one audited."""
+    source, home = open_source(registry)
+    state = AuditState(home / "audit" / state_dir_name(source.label))
+    verifier, pin_note = resolve_key(state, source, key, trust_on_first_use)
+    if pin_note and not json_out:
+        err_console.print(f"[yellow]{pin_note}[/]", markup=True, soft_wrap=True)
+    previous = _previous(state, checkpoint)
+    known = state.leaf_hashes()
+
+    def progress(done: int, total: int) -> None:
+        if total >= 10_000 and (done == total or done % 50_000 < 1000):
+            err_console.print(f"read {done}/{total} entries", soft_wrap=True)
+
+    result = audit_log(
+        source, verifier, previous=previous, known_leaf_hashes=known, progress=progress
+    )
+    if result.ok:
+        state.save(result)
+    _show_verify(result, verifier, json_out, pin_note)
+    raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
+
+
+def _show_verify(result: AuditResult, verifier: Verifier, json_out: bool, pin: str | None) -> None:
+    if json_out:
+        value: dict[str, Any] = result.to_json()
+        value["key"] = verifier.vkey()
+        value["pinned_now"] = pin is not None
+        emit_json(value)
+        return
+    cp = result.checkpoint
+    if result.ok and cp is not None:
+        out_console.print(f"log {result.source}: OK, {cp.size} entries, origin {cp.origin}")
+        for label in result.consistent_with:
+            out_console.print(f"  extends {label}")
+        return
+    bad = result.first_bad_index
+    where = f"first bad index {bad}" if bad is not None else "the checkpoint does not verify"
+    out_console.print(f"log {result.source}: FAILED, {where}", soft_wrap=True)
+    for finding in result.findings:
+        out_console.print(f"  - {finding.message}", soft_wrap=True, markup=False)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to app."""
+    audit_app.command("verify")(verify)
+    app.add_typer(audit_app)

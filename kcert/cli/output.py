@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from kcert.errors import KcertError
 
@@ -25,6 +26,7 @@ def emit_json(value: Any) -> None:
 def emit_error(exc: KcertError, *, as_json: bool) -> None:
     """Show an error; with ``--json`` it is also the one object on stdout."""
     text = exc.diagnostics()
-    err_console.print(f"[bold red]error:[/] {text}", markup=True, soft_wrap=True)
+    # Messages quote spec text such as "[kernel.args]" or "f32[m, n]": not rich markup.
+    err_console.print(f"[bold red]error:[/] {escape(text)}", markup=True, soft_wrap=True)
     if as_json:
         emit_json({"error": {"type": exc.kind, "detail": text}})

@@ -1,9 +1,308 @@
-"""Commands of this group (filled in by the issue that owns them)."""
+"""Registry commands: serve, push, gate, promote, target report, revoke, keys trust/revoke,
+token create.
+
+Each command parses its options, opens a registry (``--registry URL`` or
+``KCERT_REGISTRY`` for a server, with ``KCERT_TOKEN``; otherwise the embedded
+SQLite registry in ``KCERT_HOME``), calls one method and prints the answer.
+Exit codes: 0 stored / allowed / granted, 1 denied or an invalid certificate,
+2 bad input or an unreachable registry.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
 import typer
+from pydantic import BaseModel, ValidationError
+
+from kcert.attest.certificate import load_envelope
+from kcert.attest.keys import load_public_key, public_key_hex
+from kcert.cli.app import EXIT_FAIL
+from kcert.cli.attest_cmds import keys_app
+from kcert.cli.output import emit_json, err_console, out_console
+from kcert.digest import Digest, DigestError
+from kcert.errors import UsageError
+from kcert.registry.client import Registry, open_registry
+from kcert.registry.config import Settings
+from kcert.registry.errors import CertificateRejected, PromotionDenied
+from kcert.registry.models import ApiTokenCreate, Scope, TargetCreate, TrustedKeyCreate
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+RegistryOption = Annotated[
+    str | None,
+    typer.Option(
+        "--registry", envvar="KCERT_REGISTRY", show_envvar=True,
+        help="Registry server URL (token from KCERT_TOKEN); none = the embedded registry.",
+    ),
+]  # fmt: skip
+KernelOption = Annotated[str, typer.Option("--kernel", help="Kernel source digest (sha256:...).")]
+TargetOption = Annotated[str, typer.Option("--target", help="Target (fleet) name.")]
+_HEX_KEY = re.compile(r"^[0-9a-fA-F]{64}$")
+
+target_app = typer.Typer(name="target", help="Targets (fleets) and their environments.",
+                         no_args_is_help=True)  # fmt: skip
+token_app = typer.Typer(name="token", help="API tokens of a registry.", no_args_is_help=True)
+
+
+def _registry(url: str | None) -> Registry:
+    return open_registry(Settings(), url)
+
+
+def _dump(model: BaseModel) -> dict[str, Any]:
+    dumped: dict[str, Any] = model.model_dump(mode="json")
+    return dumped
+
+
+def _kernel(text: str) -> Digest:
+    try:
+        return Digest.parse(text)
+    except DigestError as exc:
+        raise UsageError(f"--kernel: {exc}") from exc
+
+
+def serve_command(
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8700,
+) -> None:
+    """Run the registry API (database KCERT_DATABASE_URL, first admin token KCERT_ADMIN_TOKEN)."""
+    import uvicorn
+
+    from kcert.api.app import create_app
+
+    settings = Settings()
+    if settings.admin_token is None:
+        err_console.print(
+            "warning: KCERT_ADMIN_TOKEN is not set; only tokens already in the database work"
+        )
+    app = create_app(settings)
+    err_console.print(f"kcert registry on http://{host}:{port} (OpenAPI at /openapi.json)")
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+
+
+def push_command(
+    cert: Annotated[Path, typer.Argument(help="Certificate file (DSSE envelope).")],
+    registry: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Store a certificate in the registry (it must verify against a trusted key)."""
+    envelope = load_envelope(cert)
+    reg = _registry(registry)
+    try:
+        stored = reg.push(envelope)
+    except CertificateRejected as exc:
+        _fail(exc.diagnostics(), as_json=as_json, kind=exc.kind)
+    if as_json:
+        emit_json(_dump(stored))
+        return
+    state = "stored" if stored.created else "already stored"
+    out_console.print(f"{state}: {stored.id} ({stored.kernel_name}, verdict {stored.verdict})")
+
+
+def gate_command(
+    kernel: KernelOption,
+    target: TargetOption,
+    registry: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """May this kernel run on this target now? Exit 0 allow, 1 deny."""
+    decision = _registry(registry).gate(_kernel(kernel), target)
+    if as_json:
+        emit_json(_dump(decision))
+    else:
+        out_console.print("allow" if decision.allow else "deny", markup=False)
+        for reason in decision.reasons:
+            err_console.print(f"  {reason}", markup=False, soft_wrap=True)
+    if not decision.allow:
+        raise typer.Exit(EXIT_FAIL)
+
+
+def promote_command(
+    kernel: KernelOption,
+    target: TargetOption,
+    registry: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Promote a kernel to a target. Exit 0 granted, 1 denied (with every reason)."""
+    reg = _registry(registry)
+    try:
+        promotion = reg.promote(_kernel(kernel), target)
+    except PromotionDenied as exc:
+        if as_json:
+            emit_json({"granted": False, "kernel": kernel, "target": target,
+                       "reasons": exc.reasons, "log_index": exc.log_index})  # fmt: skip
+        else:
+            out_console.print("denied", markup=False)
+            for reason in exc.reasons:
+                err_console.print(f"  {reason}", markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_FAIL) from None
+    if as_json:
+        emit_json({"granted": True, **_dump(promotion)})
+        return
+    out_console.print(f"granted: {promotion.kernel} -> {promotion.target} "
+                      f"on {promotion.certificate}", markup=False)  # fmt: skip
+
+
+@target_app.command("report")
+def target_report_command(
+    name: Annotated[str, typer.Argument(help="Target name.")],
+    hw: Annotated[str, typer.Option("--hw", help="The target's hardware class (e.g. H100).")],
+    environment: Annotated[
+        Path | None,
+        typer.Option("--environment", help="Environment JSON; default: this machine's."),
+    ] = None,
+    drift_fields: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--drift-field",
+            "--drift-fields",
+            help="A drift field (repeat for several); default: the standard set.",
+        ),
+    ] = None,  # fmt: skip
+    registry: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Report a target's environment; the registry derives its fingerprint and applies drift."""
+    fields = _read_environment(environment)
+    names = [n.strip() for item in drift_fields or [] for n in item.split(",") if n.strip()]
+    try:
+        report = TargetCreate(hw_class=hw, environment=fields, drift_fields=names or None)
+    except ValidationError as exc:
+        raise UsageError(f"cannot report target {name!r}: {_first_error(exc)}") from exc
+    reported = _registry(registry).report_target(name, report)
+    if as_json:
+        emit_json(_dump(reported))
+        return
+    what = "created" if reported.created else ("changed" if reported.changed else "unchanged")
+    out_console.print(f"target {reported.name}: {what}, fingerprint {reported.fingerprint}",
+                      markup=False)  # fmt: skip
+    for cid in reported.stale_certificates:
+        err_console.print(f"  stale: {cid}", markup=False)
+    for kernel in reported.suspended_promotions:
+        err_console.print(f"  promotion suspended: {kernel}", markup=False)
+
+
+def revoke_command(
+    cert_id: Annotated[str, typer.Argument(help="Certificate id (sha256:...).")],
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the log).")],
+    registry: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Revoke a certificate; promotions that rested on it alone are suspended."""
+    cert = _registry(registry).revoke_certificate(cert_id, reason)
+    if as_json:
+        emit_json(_dump(cert))
+        return
+    out_console.print(f"revoked: {cert.id} ({cert.revoke_reason})", markup=False)
+
+
+@keys_app.command("trust")
+def keys_trust_command(
+    public_key: Annotated[str, typer.Argument(help="Public key file (PATH.pub) or its hex.")],
+    name: Annotated[str, typer.Option("--name", help="A name for the key's owner.")],
+    registry: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Trust a signing key in the registry."""
+    hex_key = (
+        public_key
+        if _HEX_KEY.match(public_key)
+        else public_key_hex(load_public_key(Path(public_key)))
+    )
+    try:
+        request = TrustedKeyCreate(name=name, public_key=hex_key)
+    except ValidationError as exc:
+        raise UsageError(f"cannot trust this key: {_first_error(exc)}") from exc
+    key = _registry(registry).trust_key(request)
+    if as_json:
+        emit_json(_dump(key))
+        return
+    out_console.print(f"trusted: {key.keyid} ({key.name})", markup=False)
+
+
+@keys_app.command("revoke")
+def keys_revoke_command(
+    keyid: Annotated[str, typer.Argument(help="Key id (hex SHA-256 of the public key).")],
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the log).")] = "revoked",
+    registry: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Revoke a signing key: every certificate it signed stops counting."""
+    key = _registry(registry).revoke_key(keyid, reason)
+    if as_json:
+        emit_json(_dump(key))
+        return
+    out_console.print(f"revoked: {key.keyid} ({key.revoke_reason})", markup=False)
+
+
+@token_app.command("create")
+def token_create_command(
+    scopes: Annotated[
+        list[str], typer.Option("--scope", help="A scope (repeat): " + ", ".join(Scope))
+    ],
+    description: Annotated[str | None, typer.Option("--description")] = None,
+    expires_in: Annotated[
+        int | None, typer.Option("--expires-in", help="Lifetime in seconds.")
+    ] = None,
+    registry: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make an API token. It is shown once: only its hash is kept."""
+    try:
+        request = ApiTokenCreate.model_validate(
+            {"scopes": scopes, "description": description, "expires_in": expires_in}
+        )
+    except ValidationError as exc:
+        raise UsageError(f"cannot make this token: {_first_error(exc)}") from exc
+    created = _registry(registry).create_token(request)
+    if as_json:
+        emit_json(_dump(created))
+        return
+    out_console.print(created.token, markup=False)
+    err_console.print(f"token {created.id} with scopes {', '.join(created.scopes)}; "
+                      "it is not shown again")  # fmt: skip
+
+
+def _read_environment(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        from kcert.certify.environment import collect_environment
+
+        return dict(collect_environment("auto").fields)
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read --environment {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise UsageError(f"--environment {path} is not JSON: {exc}") from exc
+    if isinstance(value, dict) and isinstance(value.get("environment"), dict):
+        # Accept `kcert fingerprint --json` output as it is.
+        value = value["environment"]
+    if not isinstance(value, dict):
+        raise UsageError(f"--environment {path} must hold a JSON object of environment fields")
+    return value
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err.get('msg')}" if where else str(err.get("msg"))
+
+
+def _fail(message: str, *, as_json: bool, kind: str) -> NoReturn:
+    err_console.print(f"[bold red]refused:[/] {message}", soft_wrap=True)
+    if as_json:
+        emit_json({"error": {"type": kind, "detail": message}})
+    raise typer.Exit(EXIT_FAIL)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to app."""
+    """Add this module's commands to app (and ``keys trust``/``keys revoke`` to ``keys``)."""
+    app.command("serve")(serve_command)
+    app.command("push")(push_command)
+    app.command("gate")(gate_command)
+    app.command("promote")(promote_command)
+    app.command("revoke")(revoke_command)
+    app.add_typer(target_app, name="target")
+    app.add_typer(token_app, name="token")

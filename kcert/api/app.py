@@ -1,0 +1,69 @@
+"""The registry's HTTP API (v1): a thin FastAPI door into :mod:`kcert.registry`.
+
+:func:`create_app` builds an application around one database: it migrates the
+database to head on start (the schema comes only from Alembic), wires the
+problem+json handlers, caps request bodies and mounts the routers, including
+the audit log's public routes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from sqlalchemy import Engine
+
+from kcert import __version__
+from kcert.api import routes_certificates, routes_targets, routes_tokens
+from kcert.api.problems import EXCEPTION_HANDLERS, BodyLimitMiddleware, LastResortMiddleware
+from kcert.registry.config import Settings
+from kcert.registry.db import engine_for, migrate
+
+
+def create_app(
+    settings: Settings | None = None, *, engine: Engine | None = None, migrate_on_start: bool = True
+) -> FastAPI:
+    """An API over ``engine`` (default: the database ``settings`` name)."""
+    settings = settings or Settings()
+    engine = engine or engine_for(settings.resolved_database_url())
+    if migrate_on_start:
+        migrate(engine)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+
+    app = FastAPI(
+        title="kcert registry",
+        version=__version__,
+        description="Certificates of GPU kernels, trusted keys, targets, promotions and the gate.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    for exc_class, handler in EXCEPTION_HANDLERS.items():
+        app.add_exception_handler(exc_class, handler)
+    app.include_router(routes_certificates.router, tags=["certificates"])
+    app.include_router(routes_targets.router, tags=["targets"])
+    app.include_router(routes_tokens.router, tags=["tokens"])
+    log_router = _log_router()
+    if log_router is not None:
+        app.include_router(log_router, tags=["log"])
+    # Added last, so outermost: the cap applies before routing, the last resort around all.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(LastResortMiddleware)
+    return app
+
+
+def _log_router() -> Any:
+    """The audit log's public routes (``kcert.api.routes_log``), when that module is present."""
+    try:
+        module = importlib.import_module("kcert.api.routes_log")
+    except ModuleNotFoundError as exc:
+        if exc.name != "kcert.api.routes_log":
+            raise
+        return None
+    return module.router

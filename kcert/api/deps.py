@@ -1,0 +1,79 @@
+"""FastAPI dependencies as ``Annotated`` aliases: settings, sessions and the caller.
+
+The application keeps its :class:`Settings` and its engine on ``app.state``
+(set by :func:`kcert.api.app.create_app`); tests build an app around a test
+database or override :func:`get_session` / :func:`get_read_session`. Writes
+and reads get different sessions because on SQLite a write transaction takes
+the database lock at ``BEGIN``, which reads (the gate above all) must not queue
+behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from kcert.registry.config import Settings
+from kcert.registry.db import read_session, write_session
+from kcert.registry.models import Scope
+from kcert.registry.tokens import Principal, authenticate
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+def get_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Session]:
+    with write_session(engine) as session:
+        yield session
+
+
+def get_read_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Session]:
+    with read_session(engine) as session:
+        yield session
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+
+
+#: Declares the scheme in the OpenAPI document; missing tokens are our 401, not FastAPI's.
+_bearer = HTTPBearer(auto_error=False, description="A kcert API token")
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def get_principal(
+    credentials: BearerDep, settings: SettingsDep, session: ReadSessionDep
+) -> Principal:
+    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    token = credentials.credentials if credentials is not None else None
+    principal = authenticate(session=session, token=token, admin_token=admin)
+    # Release the read transaction now: the route may need the write lock next.
+    session.rollback()
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def require(scope: Scope) -> Callable[[Principal], Principal]:
+    """A dependency that passes only callers holding ``scope`` (or ``admin``)."""
+
+    def check(principal: PrincipalDep) -> Principal:
+        principal.require(scope)
+        return principal
+
+    check.__name__ = f"require_{scope.value.replace(':', '_')}"
+    return check

@@ -1,0 +1,334 @@
+"""The host-side checks: what two launches on poisoned, guarded buffers reveal.
+
+Every buffer is laid out as ``[guard | data | guard]`` (see
+:mod:`kcert.certify.execution`). Each probe is launched twice:
+
+* run A: guards and ``out`` data filled with poison A (a quiet NaN with a
+  payload for floats, ``0x5A`` bytes otherwise), buffers at their base address;
+* run B: poison B (a large finite value, ``0xA5`` bytes) and the buffers
+  shifted by :data:`ADDRESS_SHIFT` bytes.
+
+From those, per probe:
+
+* ``coverage``: an ``out`` element that holds poison A after run A *and*
+  poison B after run B was never written (a kernel that happens to compute
+  one poison value cannot compute the other in the same place);
+* ``bounds``: any guard byte that is not its run's poison was written; the
+  farthest such element says how far the overrun went;
+* ``input-integrity``: ``in`` data regions must come back byte for byte;
+* ``determinism``: the written output bytes of runs A and B must be equal,
+  so races, reads of uninitialised memory and reads of the guards show up;
+* ``special-values``: NaN or Inf in run A's output where the reference,
+  rounded to the output dtype, has none (an Inf where the exact answer is
+  within tolerance of the dtype's overflow threshold is a correct rounding);
+* ``correctness``: run A's output against the reference, element by element,
+  with the bounds of :mod:`kcert.certify.tolerance`.
+
+Unwritten elements are coverage's finding alone: they are left out of the
+other output checks, so that each failure names its own cause.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kcert.certify.execution import PaddedBuffer, RunJob
+from kcert.certify.executors.base import host_dtype
+from kcert.certify.report import ErrorMetrics
+from kcert.certify.spec import FLOAT_DTYPES, BufferArg, Intent, KernelSpec, Launch
+from kcert.certify.tolerance import Allowance
+
+#: Guards are at least this many elements, and at least this many rows of the
+#: buffer's innermost extents, so that a whole tile that overruns lands in them.
+MIN_GUARD = 16384
+GUARD_ROWS = 256
+MAX_GUARD = 1 << 22
+#: Run B's buffers start this many bytes later than run A's.
+ADDRESS_SHIFT = 4096 + 256
+
+_NAN_BITS = {"f16": 0x7E5A, "bf16": 0x7FDA, "f32": 0x7FDA5A5A, "f64": 0x7FFDA5A5A5A5A5A5}
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One check's failure on one probe."""
+
+    check: str
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+def poison(dtype: str, variant: str) -> np.ndarray[Any, Any]:
+    """One element of poison ``variant`` ("A" or "B") as a 0-d array of the host dtype."""
+    np_dtype = host_dtype(dtype)
+    if dtype in FLOAT_DTYPES:
+        if variant == "A":
+            bits = np.array(_NAN_BITS[dtype], dtype=_UINT[np_dtype.itemsize])
+            return bits.view(np_dtype).reshape(())
+        import ml_dtypes
+
+        return np.array(-float(ml_dtypes.finfo(np_dtype).max) / 3, dtype=np.float64).astype(np_dtype)
+    byte = 0x5A if variant == "A" else 0xA5
+    return np.full(np_dtype.itemsize, byte, dtype=np.uint8).view(np_dtype).reshape(())
+
+
+def guard_elements(shape: tuple[int, ...]) -> int:
+    """Guard width in elements, a multiple of 256 so every data region stays aligned."""
+    inner = math.prod(shape[1:]) if len(shape) > 1 else 1
+    width = min(max(MIN_GUARD, GUARD_ROWS * inner), MAX_GUARD)
+    return -(-width // 256) * 256
+
+
+def padded_buffer(buf: BufferArg, shape: tuple[int, ...], data: np.ndarray[Any, Any] | None,
+                  variant: str) -> PaddedBuffer:  # fmt: skip
+    """``[poison | data (or poison) | poison]`` for one buffer."""
+    guard = guard_elements(shape)
+    size = math.prod(shape)
+    padded = np.empty(guard + size + guard, dtype=host_dtype(buf.dtype))
+    padded.view(np.uint8).reshape(padded.size, -1)[:] = _bytes(poison(buf.dtype, variant))
+    if data is not None:
+        padded[guard : guard + size] = np.asarray(data, dtype=padded.dtype).reshape(-1)
+    return PaddedBuffer(buf.name, buf.dtype, tuple(shape), guard, padded)
+
+
+def make_job(kernel: KernelSpec, launch: Launch, inputs: Mapping[str, np.ndarray[Any, Any]],
+             variant: str) -> RunJob:  # fmt: skip
+    """The job of run A or run B for one probe."""
+    buffers = tuple(
+        padded_buffer(b, launch.shapes[b.name], inputs.get(b.name), variant) for b in kernel.buffers
+    )
+    return RunJob(launch, buffers, address_shift=ADDRESS_SHIFT if variant == "B" else 0)
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+@dataclass(frozen=True)
+class ProbeEvidence:
+    """Everything the checks look at for one probe."""
+
+    kernel: KernelSpec
+    job_a: RunJob
+    job_b: RunJob
+    out_a: Mapping[str, np.ndarray[Any, Any]]
+    out_b: Mapping[str, np.ndarray[Any, Any]]
+    #: Reference outputs rounded to each output's dtype.
+    reference: Mapping[str, np.ndarray[Any, Any]]
+    allowances: Mapping[str, Allowance]
+
+
+@dataclass
+class ProbeResult:
+    findings: dict[str, Finding] = field(default_factory=dict)
+    metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
+    #: Output anchors are taken from these (run A's data regions).
+    outputs: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
+
+
+def evaluate(ev: ProbeEvidence) -> ProbeResult:
+    """Run every host-side check on one probe's two launches."""
+    result = ProbeResult()
+    by_name_a = {b.name: b for b in ev.job_a.buffers}
+    by_name_b = {b.name: b for b in ev.job_b.buffers}
+    bounds: list[str] = []
+    integrity: list[str] = []
+    coverage: list[str] = []
+    determinism: list[str] = []
+    special: list[str] = []
+    correctness: list[str] = []
+    details: dict[str, dict[str, Any]] = {k: {} for k in (
+        "bounds", "input-integrity", "coverage", "determinism", "special-values", "correctness")}
+    for buf in ev.kernel.buffers:
+        pa, pb = by_name_a[buf.name], by_name_b[buf.name]
+        got_a, got_b = ev.out_a[buf.name], ev.out_b[buf.name]
+        for run, job_buf, got in (("A", pa, got_a), ("B", pb, got_b)):
+            overrun = _guard_damage(job_buf, got, run)
+            if overrun:
+                bounds.append(f"'{buf.name}' {overrun['text']} (run {run})")
+                details["bounds"].setdefault(buf.name, overrun)
+        data_a, data_b = _data(pa, got_a), _data(pb, got_b)
+        if buf.intent is Intent.IN:
+            for run, job_buf, data in (("A", pa, data_a), ("B", pb, data_b)):
+                changed = _changed(job_buf.data(), data)
+                if changed is not None:
+                    count, index = changed
+                    integrity.append(f"'{buf.name}' has {count} element(s) changed, first at "
+                                     f"{index} (run {run})")  # fmt: skip
+                    details["input-integrity"].setdefault(buf.name, {"changed": count,
+                                                                     "first_index": list(index)})
+            continue
+        unwritten = np.zeros(data_a.shape, dtype=bool)
+        if buf.intent is Intent.OUT:
+            unwritten = _equals(data_a, poison(buf.dtype, "A")) & _equals(
+                data_b, poison(buf.dtype, "B"))
+            if unwritten.any():
+                count = int(unwritten.sum())
+                index = _first(unwritten)
+                coverage.append(f"'{buf.name}' has {count} of {unwritten.size} element(s) never "
+                                f"written, first at {index}")  # fmt: skip
+                details["coverage"][buf.name] = {"unwritten": count, "first_index": list(index)}
+        written = ~unwritten
+        differ = written & ~_same_bytes(data_a, data_b)
+        if differ.any():
+            count, index = int(differ.sum()), _first(differ)
+            determinism.append(f"'{buf.name}' differs between two launches in {count} element(s), "
+                               f"first at {index}")  # fmt: skip
+            details["determinism"][buf.name] = {"differing": count, "first_index": list(index)}
+        result.outputs[buf.name] = data_a
+        ref = ev.reference[buf.name]
+        allowance = ev.allowances[buf.name]
+        bad_special = _special(buf.dtype, data_a, ref, allowance.allowed) & written
+        if bad_special.any():
+            count, index = int(bad_special.sum()), _first(bad_special)
+            value = data_a[index] if index else data_a.reshape(())
+            special.append(f"'{buf.name}' has {count} NaN/Inf value(s) where the reference has "
+                           f"none, first at {index} (got {value}, expected {ref[index]})")
+            details["special-values"][buf.name] = {"count": count, "first_index": list(index)}
+        metrics = compare(buf.dtype, data_a, ref, allowance, mask=written)
+        result.metrics[buf.name] = metrics
+        if metrics.bad_count:
+            index = metrics.first_bad_index or ()
+            correctness.append(
+                f"'{buf.name}': {metrics.bad_count} element(s) outside tolerance, first at "
+                f"{index} (got {data_a[index]}, expected {ref[index]}, allowed error "
+                f"{float(allowance.allowed[index]):.3g}); max abs error {metrics.max_abs:.3g}, "
+                f"max rel {metrics.max_rel:.3g}, max {metrics.max_ulp:.3g} ulp")
+            details["correctness"][buf.name] = metrics.to_json() | {
+                "tolerance": allowance.summary()}
+    for name, messages in (("bounds", bounds), ("input-integrity", integrity),
+                           ("coverage", coverage), ("determinism", determinism),
+                           ("special-values", special), ("correctness", correctness)):  # fmt: skip
+        if messages:
+            result.findings[name] = Finding(name, "; ".join(messages), details[name])
+    return result
+
+
+def compare(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
+            allowance: Allowance, *, mask: np.ndarray[Any, Any] | None = None) -> ErrorMetrics:
+    """Error metrics of ``got`` against ``ref`` (both in the output dtype) under ``allowance``."""
+    mask = np.ones(got.shape, dtype=bool) if mask is None else mask
+    g = got.astype(np.float64)
+    r = ref.astype(np.float64)
+    allowed = np.broadcast_to(allowance.allowed, g.shape)
+    with np.errstate(all="ignore"):
+        error = np.abs(g - r)
+        both_finite = np.isfinite(g) & np.isfinite(r)
+        ok = both_finite & (error <= allowed)
+        same_special = (np.isnan(g) & np.isnan(r)) | (np.isinf(g) & (g == r))
+        ok |= same_special
+        if dtype in FLOAT_DTYPES:
+            ok |= _overflow_excused(dtype, g, r, allowed)
+        bad = mask & ~ok
+        finite = mask & both_finite
+        max_abs = float(error[finite].max()) if finite.any() else 0.0
+        nonzero = finite & (r != 0)
+        max_rel = float((error[nonzero] / np.abs(r[nonzero])).max()) if nonzero.any() else 0.0
+        if bad.any() and not (bad & finite).any():
+            max_abs = max_rel = math.inf
+        max_ulp = float((error[finite] / ulp(dtype, r[finite])).max()) if finite.any() else 0.0
+    count = int(bad.sum())
+    return ErrorMetrics(max_abs=max_abs, max_rel=max_rel, max_ulp=max_ulp, bad_count=count,
+                        first_bad_index=_first(bad) if count else None,
+                        atol=allowance.atol, rtol=allowance.rtol)  # fmt: skip
+
+
+def ulp(dtype: str, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The spacing of ``dtype`` at each value (integers: 1)."""
+    if dtype not in FLOAT_DTYPES:
+        return np.ones(np.shape(values))
+    import ml_dtypes
+
+    info = ml_dtypes.finfo(host_dtype(dtype))
+    with np.errstate(all="ignore"):
+        _, exponent = np.frexp(np.abs(values))
+    exponent = np.maximum(exponent - 1, int(info.minexp))
+    return np.ldexp(1.0, exponent - int(info.nmant))
+
+
+def _overflow_excused(dtype: str, g: np.ndarray[Any, Any], r: np.ndarray[Any, Any],
+                      allowed: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
+    """An Inf is a correct rounding when the exact answer may lie past the overflow threshold."""
+    import ml_dtypes
+
+    info = ml_dtypes.finfo(host_dtype(dtype))
+    top = float(info.max)
+    threshold = top + float(ulp(dtype, np.array([top]))[0]) / 2
+    with np.errstate(all="ignore"):
+        reach = np.abs(r) + allowed
+        return np.isinf(g) & np.isfinite(r) & (np.sign(g) == np.sign(r)) & (reach >= threshold)
+
+
+def _special(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
+             allowed: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
+    if dtype not in FLOAT_DTYPES:
+        return np.zeros(got.shape, dtype=bool)
+    g = got.astype(np.float64)
+    r = ref.astype(np.float64)
+    allowed = np.broadcast_to(allowed, g.shape)
+    nonfinite = ~np.isfinite(g)
+    excused = _overflow_excused(dtype, g, r, allowed) | (np.isinf(g) & np.isinf(r))
+    return (nonfinite & np.isfinite(r) & ~excused) | (np.isnan(g) & ~np.isnan(r))
+
+
+def _data(buf: PaddedBuffer, padded: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return padded[buf.guard : buf.guard + buf.size].reshape(buf.shape)
+
+
+def _bytes(value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return np.ascontiguousarray(value).reshape(1).view(np.uint8)
+
+
+def _rows(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Each element's bytes as one row of a uint8 matrix."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    return flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
+
+
+def _equals(array: np.ndarray[Any, Any], value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Element-wise: do the bytes equal ``value``'s bytes?"""
+    return np.all(_rows(array) == _bytes(value), axis=1).reshape(array.shape)
+
+
+def _same_bytes(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return np.all(_rows(a) == _rows(b), axis=1).reshape(a.shape)
+
+
+def _changed(before: np.ndarray[Any, Any],
+             after: np.ndarray[Any, Any]) -> tuple[int, tuple[int, ...]] | None:  # fmt: skip
+    differ = ~_same_bytes(before, after)
+    if not differ.any():
+        return None
+    return int(differ.sum()), _first(differ)
+
+
+def _first(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
+    flat = int(np.flatnonzero(mask.reshape(-1))[0])
+    return tuple(int(i) for i in np.unravel_index(flat, mask.shape))
+
+
+def _guard_damage(buf: PaddedBuffer, got: np.ndarray[Any, Any], run: str) -> dict[str, Any] | None:
+    """Where a guard band was written: element counts and the farthest distance on each side."""
+    expect = poison(buf.dtype, run)
+    before = ~_equals(got[: buf.guard], expect)
+    after = ~_equals(got[buf.guard + buf.size :], expect)
+    if not before.any() and not after.any():
+        return None
+    parts: list[str] = []
+    info: dict[str, Any] = {"guard_elements": buf.guard}
+    if after.any():
+        far = int(np.flatnonzero(after)[-1]) + 1
+        info["after"] = {"written": int(after.sum()), "farthest": far}
+        parts.append(f"written up to {far} element(s) past its end ({int(after.sum())} written)")
+    if before.any():
+        far = buf.guard - int(np.flatnonzero(before)[0])
+        info["before"] = {"written": int(before.sum()), "farthest": far}
+        parts.append(f"written up to {far} element(s) before its start ({int(before.sum())} "
+                     "written)")  # fmt: skip
+    info["text"] = " and ".join(parts)
+    return info

@@ -1,0 +1,430 @@
+"""The certify pipeline: from a kernel spec to a :class:`CertificationReport`.
+
+Order of work: pick the executor and read the environment (``--hw`` is
+checked against the device before anything runs), build and lint, load the
+reference, build the fixed and fresh probes, run each probe twice in the
+sandbox (:mod:`kcert.certify.checks` says why twice), check on the host,
+minimize what failed, time what passed, and assemble the report. Nothing here
+prints: progress goes through a callback the front end supplies.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import kcert
+from kcert.certify.anchors import anchor
+from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job
+from kcert.certify.execution import RunOutcome, RunStatus
+from kcert.certify.executors.base import host_dtype
+from kcert.certify.minimize import Budget, minimize
+from kcert.certify.probes import (
+    Probe,
+    draw_seed,
+    fixed_probes,
+    fresh_probes,
+    make_inputs,
+    make_probe,
+)  # fmt: skip
+from kcert.certify.reference import Reference
+from kcert.certify.report import (
+    CHECK_NAMES,
+    BuildRecord,
+    CertificationReport,
+    CheckResult,
+    ErrorMetrics,
+    KernelIdentity,
+    ProbeRecord,
+    Status,
+    TimingReport,
+)  # fmt: skip
+from kcert.certify.spec import KernelSpec, SpecError
+from kcert.certify.tolerance import allowances
+from kcert.digest import Digest
+
+#: Checks made on every probe's two launches (the order they are reported in).
+PROBE_CHECKS: tuple[str, ...] = (
+    "correctness", "coverage", "bounds", "input-integrity", "determinism", "special-values",
+)  # fmt: skip
+DEFAULT_DEADLINE_S = 60.0
+#: Probe runs that minimization may spend, over all failing checks together.
+MINIMIZE_RUNS = 40
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CertifyOptions:
+    executor: str = "auto"
+    hw: str | None = None
+    max_probes: int | None = None
+    deadline_s: float = DEFAULT_DEADLINE_S
+    #: Fixed only in tests; a real certification draws it (and records it).
+    fresh_seed: int | None = None
+    minimize: bool = True
+    timing: bool = True
+
+
+@dataclass
+class _ProbeOutcome:
+    probe: Probe
+    record: ProbeRecord | None = None
+    findings: dict[str, Finding] = field(default_factory=dict)
+    launch: RunOutcome | None = None  # the failed run, when one failed
+
+
+def certify(kernel: KernelSpec, options: CertifyOptions | None = None,
+            progress: Progress | None = None) -> CertificationReport:  # fmt: skip
+    """Certify ``kernel``; raise :class:`~kcert.errors.KcertError` for bad input or environment."""
+    return _Certifier(kernel, options or CertifyOptions(), progress or (lambda _: None)).run()
+
+
+class _Certifier:
+    def __init__(self, kernel: KernelSpec, options: CertifyOptions, progress: Progress) -> None:
+        self.kernel, self.options, self.say = kernel, options, progress
+
+    # ------------------------------------------------------------------ the whole run
+
+    def run(self) -> CertificationReport:
+        from kcert.certify.environment import check_hw_class, collect_environment
+        from kcert.certify.sandbox import check_executor, default_executor
+
+        kernel, options = self.kernel, self.options
+        executor = default_executor(kernel) if options.executor == "auto" else options.executor
+        check_executor(kernel, executor)
+        self.say(f"executor {executor}; reading the environment")
+        env = collect_environment(executor)
+        hw_class = check_hw_class(options.hw, env.device) if options.hw else env.hw_class
+        self.executor = executor
+        build_checks, build, build_record = self._build(executor, hw_class)
+        self.say("loading the reference")
+        self.reference = Reference(kernel)
+        probe_set = fixed_probes(kernel, max_probes=options.max_probes)
+        fresh_seed = options.fresh_seed if options.fresh_seed is not None else draw_seed()
+        fresh = fresh_probes(kernel, fresh_seed)
+        checks: list[CheckResult] = list(build_checks)
+        records: list[ProbeRecord] = []
+        minimized: dict[str, dict[str, int]] = {}
+        timing_check: CheckResult
+        timing_report: TimingReport
+        if any(c.status is Status.FAIL for c in build_checks if c.name == "build"):
+            reason = "not run: the build failed"
+            checks += [CheckResult(n, Status.SKIP, reason) for n in (
+                "launch", *PROBE_CHECKS, "fresh-probes")]
+            timing_check, timing_report = _skipped_timing(reason)
+        else:
+            from kcert.certify.sandbox import Sandbox
+
+            arch = build.arch if build is not None else None
+            with Sandbox(kernel, executor, deadline_s=options.deadline_s, arch=arch,
+                         build=build) as self.sandbox:  # fmt: skip
+                fixed = self._run_all(probe_set.probes, "fixed")
+                fresh_outcomes = self._run_all(fresh, "fresh") if _clean(fixed) else []
+                records = [o.record for o in (*fixed, *fresh_outcomes) if o.record is not None]
+                checks += self._aggregate(fixed, fresh_outcomes, fresh_seed, probe_set.uncovered)
+                if options.minimize:
+                    minimized = self._minimize(fixed, fresh_outcomes)
+                timing_check, timing_report = self._timing(checks, fixed)
+        checks.append(timing_check)
+        order = {name: i for i, name in enumerate(CHECK_NAMES)}
+        checks.sort(key=lambda c: order.get(c.name, len(order)))
+        identity = KernelIdentity(
+            name=kernel.name, entry=kernel.entry, language=kernel.language,
+            source_name=kernel.source.name, source_digest=str(Digest.of_file(kernel.source)),
+            spec_digest=str(kernel.digest), reference_digest=str(self.reference.digest),
+            build=build_record,
+        )  # fmt: skip
+        return CertificationReport(
+            kernel=identity, executor=executor, hw_class=hw_class, environment=dict(env.fields),
+            fingerprint=str(env.fingerprint()), fresh_seed=fresh_seed, probes=tuple(records),
+            checks=tuple(checks), timing=timing_report, minimized=minimized,
+            certifier_version=kcert.__version__,
+            issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ build
+
+    def _build(self, executor: str,
+               hw_class: str) -> tuple[list[CheckResult], Any, BuildRecord | None]:  # fmt: skip
+        """``build`` and ``artifact`` checks from lint; the CUDA build the sandbox runs."""
+        from kcert.certify.build import DEFAULT_HW, BuildError, CompilerUnavailable, arch_for_hw
+        from kcert.certify.lint import lint
+
+        if executor == "cuda" or executor == "triton":
+            from kcert.certify.sandbox import device_arch
+
+            arch = device_arch()
+        else:
+            arch = arch_for_hw(DEFAULT_HW)
+        self.say(f"building for {arch} and checking the artifact")
+        try:
+            report = lint(self.kernel, arch=arch)
+        except (CompilerUnavailable, BuildError) as exc:
+            if executor == "cuda":
+                raise
+            reason = f"not checked: {exc.diagnostics()}"
+            return [CheckResult("build", Status.SKIP, reason, required=False),
+                    CheckResult("artifact", Status.SKIP, reason, required=False)], None, None
+        checks = list(report.checks)
+        if executor == "triton-interpreter":
+            # the interpreter runs the Python source; the GPU build is linted, not certified
+            checks = [_note(c, f" (linted for {arch}; the interpreter ran the source)")
+                      for c in checks]  # fmt: skip
+            return checks, None, None
+        build = report.builds[0] if report.builds else None
+        record = build.record() if build is not None and len(report.builds) == 1 else None
+        return checks, (build if executor == "cuda" else None), record
+
+    # ------------------------------------------------------------------ probes
+
+    def _run_all(self, probes: tuple[Probe, ...], kind: str) -> list[_ProbeOutcome]:
+        outcomes: list[_ProbeOutcome] = []
+        for i, probe in enumerate(probes, 1):
+            self.say(f"{kind} probe {i}/{len(probes)}: {probe.id}")
+            outcome = self._run_probe(probe)
+            outcomes.append(outcome)
+            if outcome.launch is not None and outcome.launch.status is RunStatus.TIMEOUT:
+                # each further hang costs a whole deadline; the verdict is already fail
+                self.say("stopping after a timeout")
+                break
+        return outcomes
+
+    def _run_probe(self, probe: Probe) -> _ProbeOutcome:
+        kernel, launch = self.kernel, probe.launch
+        inputs = make_inputs(kernel, probe)
+        expected = self.reference(inputs, launch, probe=probe.id)
+
+        def call(values: Mapping[str, np.ndarray[Any, Any]]) -> Mapping[str, np.ndarray[Any, Any]]:
+            return self.reference(values, launch, probe=probe.id)
+
+        bounds = allowances(kernel, call, inputs, expected, probe.dims)
+        rounded = {o.name: _round(expected[o.name], o.dtype) for o in kernel.outputs}
+        job_a = make_job(kernel, launch, inputs, "A")
+        run_a = self.sandbox.run(job_a)
+        if not run_a.ok:
+            return _ProbeOutcome(probe, launch=run_a)
+        job_b = make_job(kernel, launch, inputs, "B")
+        run_b = self.sandbox.run(job_b)
+        if not run_b.ok:
+            return _ProbeOutcome(probe, launch=run_b)
+        result = evaluate(ProbeEvidence(kernel, job_a, job_b, run_a.buffers, run_b.buffers,
+                                        rounded, bounds))  # fmt: skip
+        record = ProbeRecord(
+            id=probe.id, kind=probe.kind, seed=probe.seed, dims=dict(probe.dims),
+            inputs={k: str(anchor(v)) for k, v in inputs.items()},
+            reference={k: str(anchor(v)) for k, v in rounded.items()},
+            outputs={k: str(anchor(v)) for k, v in result.outputs.items()},
+            metrics=result.metrics,
+        )  # fmt: skip
+        return _ProbeOutcome(probe, record, result.findings)
+
+    # ------------------------------------------------------------------ verdicts
+
+    def _aggregate(self, fixed: list[_ProbeOutcome], fresh: list[_ProbeOutcome], fresh_seed: int,
+                   uncovered: Mapping[str, tuple[int, ...]]) -> list[CheckResult]:  # fmt: skip
+        checks = [_launch_check(fixed + fresh)]
+        ran = [o for o in fixed if o.record is not None]
+        for name in PROBE_CHECKS:
+            checks.append(_probe_check(name, ran, len(fixed), uncovered))
+        checks.append(_fresh_check(fresh, fresh_seed, clean=_clean(fixed)))
+        return checks
+
+    # ------------------------------------------------------------------ minimization
+
+    def _minimize(self, fixed: list[_ProbeOutcome],
+                  fresh: list[_ProbeOutcome]) -> dict[str, dict[str, int]]:  # fmt: skip
+        budget = Budget(MINIMIZE_RUNS)
+        smallest: dict[str, dict[str, int]] = {}
+        for name in PROBE_CHECKS:
+            failing = next((o for o in (*fixed, *fresh) if name in o.findings), None)
+            if failing is None:
+                continue
+            self.say(f"minimizing the {name} failure of {failing.probe.id}")
+
+            def fails(dims: Mapping[str, int], check: str = name) -> bool:
+                try:
+                    probe = make_probe(self.kernel, dims)
+                except SpecError:
+                    return False  # the spec cannot launch at these dims: not a smaller failure
+                if probe.elements > self.kernel.probes.max_elements:
+                    return False
+                outcome = self._run_probe(probe)
+                return check in outcome.findings
+
+            smallest[name] = minimize(failing.probe.dims, self.kernel.dims, fails, budget=budget)
+        crashed = next((o for o in fixed if o.launch is not None), None)
+        if crashed is not None and crashed.launch is not None:
+            if crashed.launch.status is not RunStatus.TIMEOUT:
+                def crashes(dims: Mapping[str, int]) -> bool:
+                    try:
+                        probe = make_probe(self.kernel, dims)
+                    except SpecError:
+                        return False
+                    return self._run_probe(probe).launch is not None
+
+                smallest["launch"] = minimize(crashed.probe.dims, self.kernel.dims, crashes,
+                                              budget=budget)  # fmt: skip
+        return smallest
+
+    # ------------------------------------------------------------------ timing
+
+    def _timing(self, checks: list[CheckResult],
+                fixed: list[_ProbeOutcome]) -> tuple[CheckResult, TimingReport]:  # fmt: skip
+        if self.executor == "triton-interpreter":
+            return _skipped_timing("the Triton interpreter runs on the CPU: its times say "
+                                   "nothing about the kernel on a GPU")  # fmt: skip
+        if not self.options.timing:
+            return _skipped_timing("timing was not asked for")
+        failed = [c.name for c in checks if c.status is Status.FAIL and c.required]
+        if failed:
+            return _skipped_timing(f"not timed: the kernel failed {', '.join(failed)}")
+        from kcert.certify import timing
+
+        ran = [o for o in fixed if o.record is not None]
+        if not ran:
+            return _skipped_timing("not timed: no probe ran")
+        largest = max(ran, key=lambda o: o.probe.elements).probe
+        self.say(f"timing on {largest.id}")
+        job = make_job(self.kernel, largest.launch, make_inputs(self.kernel, largest), "A")
+        kernel_time = self.sandbox.time(job, "kernel")
+        if isinstance(kernel_time, RunOutcome):
+            check = CheckResult("timing", Status.FAIL, f"timing the kernel failed: "
+                                f"{kernel_time.status}: {kernel_time.message}", largest.id)
+            return check, TimingReport(timing.METHOD, None, None, None, None,
+                                       skipped_reason=check.message)  # fmt: skip
+        baseline = None
+        if self.kernel.baseline is not None:
+            result = self.sandbox.time(job, "baseline")
+            baseline = None if isinstance(result, RunOutcome) else result
+        lower_bound = moved = None
+        try:
+            moved = timing.traffic_bytes(self.kernel, largest.launch,
+                                         l2_bytes=timing.l2_cache_bytes())  # fmt: skip
+            lower_bound = timing.memory_lower_bound_ms(moved, timing.device_peak_bandwidth())
+        except Exception:  # a figure the driver cannot give: the bound is simply not applied
+            lower_bound = None
+        check, report = timing.timing_outcome(kernel_time, baseline, lower_bound_ms=lower_bound,
+                                              bytes_moved=moved)  # fmt: skip
+        return _with_probe(check, largest.id), report
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _round(values: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+    """The reference answer in the output's dtype (what a perfect kernel would store)."""
+    with np.errstate(all="ignore"):
+        return np.asarray(values).astype(host_dtype(dtype))
+
+
+def _clean(outcomes: list[_ProbeOutcome]) -> bool:
+    return all(o.launch is None and not o.findings for o in outcomes)
+
+
+def _launch_check(outcomes: list[_ProbeOutcome]) -> CheckResult:
+    failed = [o for o in outcomes if o.launch is not None]
+    if not failed:
+        return CheckResult("launch", Status.PASS, f"{len(outcomes)} probe(s) launched twice each, "
+                           "all completed")  # fmt: skip
+    first = failed[0]
+    assert first.launch is not None
+    statuses = sorted({str(o.launch.status) for o in failed if o.launch is not None})
+    return CheckResult(
+        "launch", Status.FAIL,
+        f"{first.launch.status} on probe {first.probe.id}: {first.launch.message.strip()}",
+        first.probe.id,
+        details={"failed_probes": [o.probe.id for o in failed], "statuses": statuses},
+    )  # fmt: skip
+
+
+def _probe_check(name: str, ran: list[_ProbeOutcome], total: int,
+                 uncovered: Mapping[str, tuple[int, ...]]) -> CheckResult:  # fmt: skip
+    if not ran:
+        return CheckResult(name, Status.SKIP, "not evaluated: no probe ran to completion")
+    failing = [o for o in ran if name in o.findings]
+    details: dict[str, Any] = {"probes": len(ran)}
+    if uncovered:
+        details["uncovered_dim_values"] = {k: list(v) for k, v in uncovered.items()}
+    if name == "correctness":
+        details["worst"] = _worst_metrics(ran)
+    if failing:
+        first = failing[0]
+        finding = first.findings[name]
+        details.update(finding.details)
+        details["failed_probes"] = [o.probe.id for o in failing]
+        return CheckResult(name, Status.FAIL, f"{len(failing)} of {len(ran)} probe(s) fail; "
+                           f"{finding.message}", first.probe.id, details=details)  # fmt: skip
+    note = "" if len(ran) == total else f" ({total - len(ran)} probe(s) did not run)"
+    return CheckResult(name, Status.PASS, f"{_PASS_TEXT[name]} on {len(ran)} probe(s){note}",
+                       details=details)  # fmt: skip
+
+
+_PASS_TEXT = {
+    "correctness": "every element within tolerance",
+    "coverage": "every output element written",
+    "bounds": "no write outside any buffer",
+    "input-integrity": "inputs unchanged",
+    "determinism": "identical output bytes across poisons and addresses",
+    "special-values": "no NaN or Inf where the reference has none",
+}
+
+
+def _fresh_check(fresh: list[_ProbeOutcome], seed: int, *, clean: bool) -> CheckResult:
+    details: dict[str, Any] = {"seed": seed, "probes": [o.probe.id for o in fresh]}
+    if not clean:
+        return CheckResult("fresh-probes", Status.SKIP,
+                           "not run: the fixed probes already fail", details=details)  # fmt: skip
+    if not fresh:
+        return CheckResult("fresh-probes", Status.SKIP, "no fresh probes asked for "
+                           "(probes.fresh = 0)", required=False, details=details)  # fmt: skip
+    for outcome in fresh:
+        if outcome.launch is not None:
+            return CheckResult("fresh-probes", Status.FAIL, f"{outcome.launch.status}: "
+                               f"{outcome.launch.message.strip()}", outcome.probe.id,
+                               details=details)  # fmt: skip
+        if outcome.findings:
+            name, finding = next(iter(outcome.findings.items()))
+            details["failed_check"] = name
+            return CheckResult("fresh-probes", Status.FAIL, f"{name}: {finding.message}",
+                               outcome.probe.id, details=details | dict(finding.details))
+    return CheckResult("fresh-probes", Status.PASS, f"{len(fresh)} fresh probe(s) from seed "
+                       f"{seed} pass every check", details=details)  # fmt: skip
+
+
+def _worst_metrics(ran: list[_ProbeOutcome]) -> dict[str, Any]:
+    worst: dict[str, ErrorMetrics] = {}
+    where: dict[str, str] = {}
+    for outcome in ran:
+        assert outcome.record is not None
+        for name, metrics in outcome.record.metrics.items():
+            if name not in worst or _score(metrics) > _score(worst[name]):
+                worst[name], where[name] = metrics, outcome.probe.id
+    return {name: {"probe": where[name], **m.to_json()} for name, m in worst.items()}
+
+
+def _score(metrics: ErrorMetrics) -> float:
+    value = metrics.max_ulp
+    return value if math.isfinite(value) else math.inf
+
+
+def _skipped_timing(reason: str) -> tuple[CheckResult, TimingReport]:
+    from kcert.certify.timing import skipped_timing
+
+    return skipped_timing(reason)
+
+
+def _note(check: CheckResult, text: str) -> CheckResult:
+    return CheckResult(check.name, check.status, check.message + text, check.probe,
+                       check.required, check.details)  # fmt: skip
+
+
+def _with_probe(check: CheckResult, probe: str) -> CheckResult:
+    return CheckResult(check.name, check.status, check.message, probe, check.required,
+                       check.details)  # fmt: skip
+

@@ -1,0 +1,282 @@
+"""Probes: which shapes a kernel is run on, and the inputs it is given there.
+
+The probe set is a pure function of the spec's ``dims``:
+
+1. the all-smallest and the all-largest assignment (edge values together);
+2. covering rows, so that every value of every dim appears in some probe
+   (dims are walked in alternating directions, so a large value of one dim
+   meets small values of the next rather than always the large ones);
+3. the remaining corners (every mix of each dim's min and max).
+
+Probes over ``probes.max_elements`` are dropped (a covering row first retries
+with the other dims at their minimum), and the set is capped at
+``probes.max_probes``; values left uncovered either way are recorded.
+
+Inputs come from a seed derived from the spec digest and the probe id, drawn
+with PCG64 raw bits and our own transforms (NumPy's distribution methods may
+change between releases; the raw bit stream may not), so an input anchor can
+be reproduced anywhere. Each element is drawn from one of several families,
+all inside the buffer's ``[kernel.values]`` domain: the bulk distribution,
+large magnitudes, tiny magnitudes and signed zeros.
+
+Fresh probes use a seed drawn at certification time (``secrets``), recorded
+in the report; they pick dims values at random from the listed ones and draw
+new inputs, so a kernel tuned to the fixed probes' inputs is caught.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kcert.certify.executors.base import host_dtype
+from kcert.certify.spec import FLOAT_DTYPES, BufferArg, Intent, KernelSpec, Launch, ValueDomain
+
+#: Largest and smallest magnitudes of the "large" and "tiny" families under
+#: ``auto``, as powers of two. Large values stay far enough below each dtype's
+#: maximum that products and long sums of them remain finite (f16: 2**6, so a
+#: product is 4096 and a sum of a few of those still fits in 65504).
+_AUTO_LARGE_EXP = {"f16": 6, "bf16": 12, "f32": 12, "f64": 20}
+_AUTO_TINY_EXP = {"f16": -10, "bf16": -20, "f32": -20, "f64": -40}
+#: Probability of each family for one float element: bulk, large, tiny, zero.
+_FAMILY_WEIGHTS = (0.70, 0.12, 0.12, 0.06)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One assignment of dims, with its launch bound and the seed of its inputs."""
+
+    id: str
+    kind: str  # "fixed" or "fresh"
+    seed: int
+    dims: Mapping[str, int]
+    launch: Launch
+
+    @property
+    def elements(self) -> int:
+        return self.launch.elements()
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSet:
+    probes: tuple[Probe, ...]
+    #: Dim values no probe takes, because of the caps (dim -> values).
+    uncovered: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def probe_id(kernel: KernelSpec, dims: Mapping[str, int]) -> str:
+    """``"m=33,n=1"``: dims in the spec's order."""
+    return ",".join(f"{name}={dims[name]}" for name in kernel.dims)
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed (fits a signed JSON integer) from any textual parts."""
+    text = "\0".join(str(p) for p in ("kcert-seed-v1", *parts))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def draw_seed() -> int:
+    """A seed nobody could have tuned a kernel to: drawn now, recorded in the report."""
+    return secrets.randbits(63)
+
+
+def make_probe(kernel: KernelSpec, dims: Mapping[str, int], *, kind: str = "fixed",
+               seed: int | None = None, prefix: str = "") -> Probe:  # fmt: skip
+    """Bind ``dims`` to a probe; the seed defaults to one derived from spec digest and id."""
+    ordered = {name: int(dims[name]) for name in kernel.dims}
+    pid = prefix + probe_id(kernel, ordered)
+    if seed is None:
+        seed = derive_seed(kernel.digest.hex, pid)
+    return Probe(pid, kind, seed, ordered, kernel.bind(ordered))
+
+
+def fixed_probes(kernel: KernelSpec, *, max_probes: int | None = None) -> ProbeSet:
+    """The deterministic probe set of ``kernel`` (see the module docstring)."""
+    cap = max_probes if max_probes is not None else kernel.probes.max_probes
+    limit = kernel.probes.max_elements
+    values = {name: sorted(v) for name, v in kernel.dims.items()}
+    names = list(values)
+    lows = {n: values[n][0] for n in names}
+    highs = {n: values[n][-1] for n in names}
+
+    chosen: list[Probe] = []
+    seen: set[str] = set()
+
+    def add(dims: Mapping[str, int]) -> bool:
+        if len(chosen) >= cap:
+            return False
+        probe = make_probe(kernel, dims)
+        if probe.id in seen:
+            return True
+        if probe.elements > limit:
+            return False
+        seen.add(probe.id)
+        chosen.append(probe)
+        return True
+
+    add(lows)
+    add(highs)
+    rows = max(len(v) for v in values.values())
+    for i in range(rows):
+        row = {}
+        for j, name in enumerate(names):
+            vals = values[name]
+            row[name] = vals[i % len(vals)] if j % 2 == 0 else vals[-1 - i % len(vals)]
+        if not add(row) and len(chosen) < cap:
+            # too large: keep the value this row is there to cover, shrink the rest
+            for name in names:
+                if i < len(values[name]):
+                    add({**lows, name: row[name]})
+    for corner in itertools.product(*[(values[n][0], values[n][-1]) for n in names]):
+        add(dict(zip(names, corner, strict=True)))
+
+    covered = {n: {p.dims[n] for p in chosen} for n in names}
+    uncovered = {n: tuple(v for v in values[n] if v not in covered[n]) for n in names}
+    return ProbeSet(tuple(chosen), {n: v for n, v in uncovered.items() if v})
+
+
+def fresh_probes(kernel: KernelSpec, fresh_seed: int, count: int | None = None) -> tuple[Probe, ...]:
+    """``count`` probes whose dims and inputs come from ``fresh_seed``."""
+    count = kernel.probes.fresh if count is None else count
+    stream = _Stream([fresh_seed, 0x6672657368])
+    probes: list[Probe] = []
+    attempts = 0
+    while len(probes) < count and attempts < 8 * count + 8:
+        attempts += 1
+        dims = {}
+        for name, vals in kernel.dims.items():
+            dims[name] = vals[int(stream.integers(0, len(vals) - 1, 1)[0])]
+        index = len(probes)
+        probe = make_probe(kernel, dims, kind="fresh", prefix=f"fresh{index}:",
+                           seed=derive_seed(fresh_seed, index))  # fmt: skip
+        if probe.elements <= kernel.probes.max_elements:
+            probes.append(probe)
+    return tuple(probes)
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def make_inputs(kernel: KernelSpec, probe: Probe) -> dict[str, np.ndarray[Any, Any]]:
+    """The initial contents of every ``in`` and ``inout`` buffer of ``probe``."""
+    inputs = {}
+    for buf in kernel.buffers:
+        if buf.intent is Intent.OUT:
+            continue
+        shape = probe.launch.shapes[buf.name]
+        domain = kernel.values.get(buf.name, ValueDomain("auto"))
+        stream = _Stream([probe.seed, _name_word(buf.name)])
+        inputs[buf.name] = draw_values(stream, buf, domain, shape)
+    return inputs
+
+
+def draw_values(stream: _Stream, buf: BufferArg, domain: ValueDomain,
+                shape: tuple[int, ...]) -> np.ndarray[Any, Any]:  # fmt: skip
+    """Values for one buffer, drawn from ``domain`` with the value families mixed in."""
+    count = math.prod(shape)
+    dtype = host_dtype(buf.dtype)
+    if buf.dtype == "bool":
+        return (stream.uniform(count) < 0.5).reshape(shape)
+    if buf.dtype in FLOAT_DTYPES:
+        values = _float_values(stream, buf.dtype, domain, count)
+        limit = float(_finfo(buf.dtype).max) / 4
+        values = np.clip(values, -limit, limit)
+        return values.astype(dtype).reshape(shape)
+    return _int_values(stream, dtype, domain, count).reshape(shape)
+
+
+def _float_values(stream: _Stream, dtype: str, domain: ValueDomain, n: int) -> np.ndarray[Any, Any]:
+    family = np.searchsorted(np.cumsum(_FAMILY_WEIGHTS), stream.uniform(n), side="right")
+    sign = np.where(stream.uniform(n) < 0.5, -1.0, 1.0)
+    spread = stream.uniform(n)  # position inside a family's range
+    if domain.kind == "uniform":
+        lo, hi = domain.a, domain.b
+        values = lo + (hi - lo) * stream.uniform(n)
+        # large: the last 2% towards either end of the interval
+        near_end = np.where(sign > 0, hi - (hi - lo) * 0.02 * spread, lo + (hi - lo) * 0.02 * spread)
+        values = np.where(family == 1, near_end, values)
+        if lo < 0 < hi:
+            scale = min(hi, -lo)
+            values = np.where(family == 2, sign * scale * np.exp2(-20 + 10 * spread), values)
+        if lo <= 0 <= hi:
+            values = np.where(family == 3, sign * 0.0, values)
+        return np.clip(values, lo, hi)
+    if domain.kind == "normal":
+        mu, sigma = domain.a, domain.b
+        values = mu + sigma * stream.normal(n)
+        values = np.where(family == 1, mu + sign * sigma * (3 + 2 * spread), values)
+        if abs(mu) <= 3 * sigma:
+            values = np.where(family == 2, sign * sigma * np.exp2(-20 + 10 * spread), values)
+            values = np.where(family == 3, sign * 0.0, values)
+        return values
+    large, tiny = _AUTO_LARGE_EXP[dtype], _AUTO_TINY_EXP[dtype]
+    values = stream.normal(n)
+    values = np.where(family == 1, sign * np.exp2(large - 4 + 4 * spread), values)
+    values = np.where(family == 2, sign * np.exp2(tiny + 4 * spread), values)
+    return np.where(family == 3, sign * 0.0, values)
+
+
+def _int_values(stream: _Stream, dtype: np.dtype[Any], domain: ValueDomain,
+                n: int) -> np.ndarray[Any, Any]:  # fmt: skip
+    info = np.iinfo(dtype)
+    if domain.kind == "uniform":
+        # the raw-bit transform needs a span that fits 64 bits
+        lo = max(math.ceil(domain.a), int(info.min), -(1 << 52))
+        hi = max(min(math.ceil(domain.b) - 1, int(info.max), 1 << 52), lo)
+        return stream.integers(lo, hi, n).astype(dtype)
+    if domain.kind == "normal":
+        values = np.rint(domain.a + domain.b * stream.normal(n))
+        return np.clip(values, info.min, info.max).astype(dtype)
+    # auto: small integers, some large ones (a quarter of the type's range) and zeros
+    small = 64 if info.min < 0 else 128
+    lo = -small if info.min < 0 else 0
+    values = stream.integers(lo, small, n)
+    big = min(info.max // 4, 1 << 20)
+    family = stream.uniform(n)
+    large = stream.integers(big // 2, big, n) * (np.where(stream.uniform(n) < 0.5, -1, 1)
+                                                 if info.min < 0 else 1)  # fmt: skip
+    values = np.where(family < 0.1, large, values)
+    values = np.where(family > 0.95, 0, values)
+    return values.astype(dtype)
+
+
+def _finfo(dtype: str) -> Any:
+    import ml_dtypes
+
+    return ml_dtypes.finfo(host_dtype(dtype))
+
+
+def _name_word(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+
+
+class _Stream:
+    """Version-stable random numbers: PCG64 raw bits with our own transforms."""
+
+    def __init__(self, words: list[int]) -> None:
+        self._bits = np.random.PCG64(np.random.SeedSequence(words))
+
+    def raw(self, n: int) -> np.ndarray[Any, Any]:
+        return np.asarray(self._bits.random_raw(n), dtype=np.uint64)
+
+    def uniform(self, n: int) -> np.ndarray[Any, Any]:
+        """Doubles in [0, 1) from the top 53 bits."""
+        return (self.raw(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+    def normal(self, n: int) -> np.ndarray[Any, Any]:
+        """Standard normals by Box-Muller (one per pair of uniforms)."""
+        u1 = 1.0 - self.uniform(n)  # (0, 1]: the log stays finite
+        u2 = self.uniform(n)
+        return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+    def integers(self, lo: int, hi: int, n: int) -> np.ndarray[Any, Any]:
+        """Integers in [lo, hi], both ends included."""
+        span = hi - lo + 1
+        return (self.raw(n) % np.uint64(span)).astype(np.int64) + lo

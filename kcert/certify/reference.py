@@ -1,0 +1,151 @@
+"""Loading a kernel's NumPy reference and calling it safely.
+
+The reference is the user's own code, so it runs in the certifier's process,
+but nothing it does may turn into a traceback: an import error, an exception
+or an answer of the wrong shape becomes a :class:`ReferenceFailure` that says
+which function, which probe and what to fix.
+
+Float buffers reach the reference as float64 copies (a lossless widening), so
+a reference written plainly (``a @ b``) computes in double precision; integer
+and bool buffers keep their dtype. Every call gets fresh copies, so the
+inputs the kernel sees stay pristine whatever the reference does to its
+arguments. ``out`` buffers are passed as zeros of their shape.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from kcert.certify.executors.base import host_dtype
+from kcert.certify.spec import FLOAT_DTYPES, BufferArg, ConstArg, Intent, KernelSpec, Launch
+from kcert.digest import Digest
+from kcert.errors import KcertError
+
+_IMPORT_LOCK = threading.Lock()
+
+
+class ReferenceFailure(KcertError):
+    """The reference could not be loaded or gave an unusable answer."""
+
+    kind = "bad-reference"
+
+
+class Reference:
+    """A loaded reference function bound to one kernel spec."""
+
+    def __init__(self, kernel: KernelSpec) -> None:
+        self.kernel = kernel
+        self.text = kernel.reference.text
+        self.digest: Digest = Digest.of_file(kernel.reference.path)
+        module = _load_module(kernel.reference.path, kernel)
+        fn = getattr(module, kernel.reference.function, None)
+        if not callable(fn):
+            raise ReferenceFailure(
+                f"{self.text}: {kernel.reference.path.name} defines no function "
+                f"'{kernel.reference.function}' (kernel '{kernel.name}', key 'reference')"
+            )
+        self._fn: Callable[..., Any] = fn
+
+    def __call__(
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], launch: Launch, *, probe: str = ""
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        """Outputs by name: float64 for float outputs, the output dtype otherwise."""
+        kwargs: dict[str, Any] = {}
+        for arg in self.kernel.args:
+            if isinstance(arg, BufferArg):
+                kwargs[arg.name] = self._argument(arg, inputs, launch)
+            elif isinstance(arg, ConstArg):
+                kwargs[arg.name] = launch.consts[arg.name]
+            else:
+                kwargs[arg.name] = launch.scalars[arg.name]
+        where = f"{self.text} (kernel '{self.kernel.name}', probe {probe or '?'})"
+        try:
+            with np.errstate(all="ignore"):
+                result = self._fn(**kwargs)
+        except Exception as exc:  # the user's code: any failure is reported, none escapes
+            raise ReferenceFailure(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        return self._outputs(result, launch, where)
+
+    def _argument(self, arg: BufferArg, inputs: Mapping[str, np.ndarray[Any, Any]],
+                  launch: Launch) -> np.ndarray[Any, Any]:  # fmt: skip
+        wide = np.float64 if arg.dtype in FLOAT_DTYPES else host_dtype(arg.dtype)
+        if arg.intent is Intent.OUT:
+            return np.zeros(launch.shapes[arg.name], dtype=wide)
+        return np.array(inputs[arg.name], dtype=wide, copy=True)
+
+    def _outputs(self, result: Any, launch: Launch, where: str) -> dict[str, np.ndarray[Any, Any]]:
+        outputs = self.kernel.outputs
+        if isinstance(result, Mapping):
+            missing = [o.name for o in outputs if o.name not in result]
+            if missing:
+                raise ReferenceFailure(f"{where} returned a dict without {', '.join(missing)}")
+            values = {o.name: result[o.name] for o in outputs}
+        elif len(outputs) == 1:
+            values = {outputs[0].name: result}
+        else:
+            names = ", ".join(o.name for o in outputs)
+            raise ReferenceFailure(f"{where} must return a dict with {names} (several outputs)")
+        return {o.name: self._coerce(o, values[o.name], launch, where) for o in outputs}
+
+    def _coerce(self, out: BufferArg, value: Any, launch: Launch,
+                where: str) -> np.ndarray[Any, Any]:  # fmt: skip
+        shape = launch.shapes[out.name]
+        try:
+            array = np.asarray(value)
+        except Exception as exc:
+            raise ReferenceFailure(f"{where}: output '{out.name}' is not an array: {exc}") from exc
+        if array.dtype.kind not in "biuf":
+            raise ReferenceFailure(f"{where}: output '{out.name}' has dtype {array.dtype}; "
+                                   "return numbers")  # fmt: skip
+        if array.shape != shape:
+            if array.size != int(np.prod(shape)):
+                raise ReferenceFailure(f"{where}: output '{out.name}' has shape {array.shape}, "
+                                       f"the spec says {shape}")  # fmt: skip
+            array = array.reshape(shape)
+        if out.dtype in FLOAT_DTYPES:
+            return array.astype(np.float64)
+        if out.dtype == "bool":
+            return array.astype(bool)
+        target = host_dtype(out.dtype)
+        if array.dtype.kind == "f":
+            if not np.all(np.isfinite(array)):
+                raise ReferenceFailure(f"{where}: integer output '{out.name}' has NaN or Inf")
+            array = np.rint(array)
+        return array.astype(target)
+
+
+def _load_module(path: Path, kernel: KernelSpec) -> ModuleType:
+    """Import ``path`` as a fresh module; its folder is importable while it loads."""
+    name = f"kcert_reference_{Digest.of_bytes(str(path).encode()).hex[:16]}"
+    with _IMPORT_LOCK:
+        cached = sys.modules.get(name)
+        if cached is not None and getattr(cached, "__kcert_digest__", None) == Digest.of_file(path):
+            return cached
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ReferenceFailure(f"{path} cannot be imported as Python "
+                                   f"(kernel '{kernel.name}', key 'reference')")  # fmt: skip
+        module = importlib.util.module_from_spec(spec)
+        folder = str(path.parent)
+        sys.path.insert(0, folder)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # the user's code: shown as a diagnostic, never a traceback
+            raise ReferenceFailure(
+                f"importing {path.name} (kernel '{kernel.name}', key 'reference') raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            if sys.path and sys.path[0] == folder:
+                del sys.path[0]
+        module.__kcert_digest__ = Digest.of_file(path)  # type: ignore[attr-defined]
+        sys.modules[name] = module
+        return module

@@ -1,0 +1,502 @@
+"""Run candidate kernels in a child process with a deadline, and survive whatever they do.
+
+A :class:`Sandbox` owns one persistent worker process (:mod:`kcert.certify.worker`)
+per kernel, so that torch, Triton or CuPy are imported and the kernel loaded
+once, not once per probe. Each :meth:`Sandbox.run` sends one
+:class:`~kcert.certify.execution.RunJob` and waits at most ``deadline_s``.
+Whatever the kernel does, the parent gets a :class:`RunOutcome`:
+
+- a segfault or abort in the child: ``crash``, with the signal and the tail of
+  the child's stderr (faulthandler prints the Python stack there);
+- a hang: ``timeout``; the child's whole process group is killed at the deadline;
+- a CUDA error: ``launch-error``; a sticky one (the context is dead) also makes
+  the child exit, and the next job gets a fresh child;
+- an exception in the kernel's Python (including a failed import): ``launch-error``;
+- memory exhaustion: ``out-of-memory``.
+
+The child is started with ``subprocess`` in a new session (never forked from a
+process that may hold a CUDA context) and always reaped: no zombie or orphan
+outlives the sandbox. Arrays cross the pipes as raw bytes, never pickled lists,
+and the parent never unpickles anything the child sends.
+
+This isolates faults, not malice: a kernel's module is Python with the user's
+rights in the child. The guarantee is that the certifier and the next kernel
+are untouched by the candidate's crashes, hangs and corrupted device state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Literal
+
+import numpy as np
+
+import kcert
+from kcert.certify.execution import EXECUTORS, RunJob, RunOutcome, RunStatus
+from kcert.certify.executors.base import (
+    BufferLayout,
+    ExecutorUnavailable,
+    NoDeviceError,
+    effective_shift,
+)
+from kcert.certify.report import TimingResult
+from kcert.certify.spec import KernelSpec
+from kcert.errors import KcertError, UsageError
+
+__all__ = [
+    "ExecutorUnavailable", "NoDeviceError", "Sandbox", "default_executor", "gpu_visible",
+]  # fmt: skip
+
+#: How long a fresh worker may take to import its stack and load the kernel.
+DEFAULT_STARTUP_S = 120.0
+#: Extra time after the deadline for the answer's bytes to arrive once the kernel is done.
+_TRANSFER_GRACE_S = 30.0
+_LOG_TAIL = 2000
+
+
+class TimingUnavailable(KcertError):
+    """Timing was asked of an executor or a build that cannot time."""
+
+    kind = "environment"
+
+
+def gpu_visible() -> tuple[bool, str]:
+    """Whether CuPy sees a CUDA device here, and why not when it does not."""
+    try:
+        import cupy
+
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # no driver, no libcuda, no device: all mean "no GPU"
+        return False, f"CUDA reports: {exc}".strip()
+    if count < 1:
+        return False, "CUDA sees no device"
+    return True, f"{count} device(s)"
+
+
+def default_executor(kernel: KernelSpec) -> str:
+    """What ``--executor auto`` means: CUDA C on the GPU; Triton on the GPU if any, else the CPU."""
+    if kernel.language == "cuda":
+        return "cuda"
+    return "triton" if gpu_visible()[0] else "triton-interpreter"
+
+
+def device_arch() -> str:
+    """The ``sm_XX`` architecture of device 0."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    return f"sm_{props['major']}{props['minor']}"
+
+
+def check_executor(kernel: KernelSpec, executor: str) -> None:
+    """Raise when ``executor`` cannot run ``kernel`` on this machine."""
+    if executor not in EXECUTORS:
+        raise UsageError(f"unknown executor '{executor}'; pick one of auto, {', '.join(EXECUTORS)}")
+    wants = "cuda" if executor == "cuda" else "triton"
+    if kernel.language != wants:
+        raise UsageError(
+            f"kernel '{kernel.name}' is {'CUDA C' if kernel.language == 'cuda' else 'Triton'}; "
+            f"executor '{executor}' runs {'CUDA C' if wants == 'cuda' else 'Triton'} kernels"
+        )
+    if wants == "triton":
+        missing = [m for m in ("triton", "torch") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ExecutorUnavailable(
+                f"executor '{executor}' needs {' and '.join(missing)}; "
+                "install them with: pip install 'kcert[triton]'"
+            )
+    if executor != "triton-interpreter":
+        visible, detail = gpu_visible()
+        if not visible:
+            raise NoDeviceError(executor, detail)
+
+
+class Sandbox:
+    """One kernel, one executor, one child process at a time.
+
+    ``build`` is the :class:`~kcert.certify.build.Build` to run for a CUDA
+    kernel; without it the sandbox builds for ``arch`` (default: the device's).
+    """
+
+    def __init__(
+        self, kernel: KernelSpec, executor: str, *, deadline_s: float = 30.0,
+        arch: str | None = None, build: Any = None, startup_s: float = DEFAULT_STARTUP_S,
+    ) -> None:  # fmt: skip
+        check_executor(kernel, executor)
+        if deadline_s <= 0:
+            raise ValueError("deadline_s must be positive")
+        self.kernel, self.executor = kernel, executor
+        self.deadline_s, self.startup_s = deadline_s, startup_s
+        self.artifact: bytes | None = None
+        if executor == "cuda":
+            if build is None:
+                from kcert.certify.build import build_cuda
+
+                build = build_cuda(kernel, arch=arch or device_arch())
+            self.artifact = bytes(build.cubin)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._inbox: Connection | None = None  # what the child sends
+        self._outbox: Connection | None = None  # what the child reads
+        self._ready = False
+        self._load_failure: RunOutcome | None = None
+        self._log: IO[bytes] = tempfile.TemporaryFile(prefix="kcert-worker-")
+        self._finalizer = weakref.finalize(self, _reap, None, None, None, self._log)
+        #: Workers started so far (a restart after a failure adds one).
+        self.starts = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self.close()
+
+    def close(self) -> None:
+        """Ask the worker to exit, then make sure it and its children are gone."""
+        if self._proc is not None and self._outbox is not None and self._proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._outbox.send_bytes(pickle.dumps({"op": "exit"}))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=5.0)
+        self._stop_worker()
+        self._finalizer()
+
+    @property
+    def pid(self) -> int | None:
+        """The current worker's process id (None when no worker runs)."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def _spawn(self) -> None:
+        child_reads, parent_writes = os.pipe()
+        parent_reads, child_writes = os.pipe()
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        # the child must import this very kcert, even when it is not installed
+        root = str(Path(kcert.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        if self.executor == "triton-interpreter":
+            env["TRITON_INTERPRET"] = "1"
+        else:
+            env.pop("TRITON_INTERPRET", None)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "kcert.certify.worker", str(child_reads), str(child_writes)],
+                pass_fds=(child_reads, child_writes), stdin=subprocess.DEVNULL,
+                stdout=self._log, stderr=self._log, env=env, start_new_session=True,
+            )  # fmt: skip
+        finally:
+            os.close(child_reads)
+            os.close(child_writes)
+        self._inbox = Connection(parent_reads, writable=False)
+        self._outbox = Connection(parent_writes, readable=False)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(
+            self, _reap, self._proc, self._inbox, self._outbox, self._log
+        )
+        self._ready = False
+        self.starts += 1
+
+    def _stop_worker(self) -> None:
+        _reap(self._proc, self._inbox, self._outbox, None)
+        self._proc, self._inbox, self._outbox, self._ready = None, None, None, False
+
+    def _start(self) -> RunOutcome | None:
+        """Start a worker and wait for it to load the kernel; a failure comes back as an outcome."""
+        if self._load_failure is not None:
+            return self._load_failure
+        if self._ready and self._proc is not None and self._proc.poll() is None:
+            return None
+        self._stop_worker()
+        self._spawn()
+        assert self._outbox is not None
+        mark = self._log_mark()
+        init = {"kernel": self.kernel, "executor": self.executor, "artifact": self.artifact}
+        try:
+            self._outbox.send_bytes(pickle.dumps(init))
+        except OSError:
+            pass  # the child already died; the wait below says how
+        header, failure = self._receive(time.monotonic() + self.startup_s, mark, "loading")
+        if failure is None and header is not None and not header.get("ok"):
+            status = str(header.get("status"))
+            message = str(header.get("message", ""))
+            if status == "environment":
+                self._stop_worker()
+                raise ExecutorUnavailable(f"executor '{self.executor}': {message}")
+            failure = _outcome(status, f"the kernel failed to load: {message}")
+        if failure is not None:
+            # loading is the same for every job: don't pay the failure once per probe
+            self._load_failure = failure
+            self._stop_worker()
+            return failure
+        self._ready = True
+        return None
+
+    # ------------------------------------------------------------------ the wire
+
+    def _log_mark(self) -> int:
+        return os.fstat(self._log.fileno()).st_size
+
+    def _log_tail(self, mark: int) -> str:
+        end = os.fstat(self._log.fileno()).st_size
+        start = max(mark, end - _LOG_TAIL)
+        text = os.pread(self._log.fileno(), end - start, start).decode("utf-8", errors="replace")
+        return text.strip()
+
+    def _death(self, mark: int, what: str) -> RunOutcome:
+        """The outcome for a child that died (or broke the protocol) while ``what``."""
+        assert self._proc is not None
+        try:
+            code = self._proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._stop_worker()
+        if code is not None and code < 0:
+            name = _signal_name(-code)
+            status = RunStatus.CRASH
+            reason = f"the worker died of {name} while {what}"
+            if -code == signal.SIGKILL:
+                reason += " (killed from outside, often by the system's out-of-memory killer)"
+        elif code is None:
+            status, reason = RunStatus.CRASH, f"the worker broke the protocol while {what}"
+        else:
+            status, reason = RunStatus.CRASH, f"the worker exited with status {code} while {what}"
+        tail = self._log_tail(mark)
+        return RunOutcome(status, f"{reason}; its last output:\n{tail}" if tail else reason)
+
+    def _timeout(self, limit_s: float, what: str) -> RunOutcome:
+        self._stop_worker()
+        return RunOutcome(
+            RunStatus.TIMEOUT,
+            f"no answer within {limit_s:g} s while {what}: the worker was killed "
+            "(an infinite loop, a deadlock, or a kernel far slower than the deadline allows)",
+            elapsed_s=limit_s,
+        )
+
+    def _receive(
+        self, deadline: float, mark: int, what: str
+    ) -> tuple[dict[str, Any] | None, RunOutcome | None]:
+        """One JSON header from the child before ``deadline``, or the outcome of its failure."""
+        assert self._inbox is not None
+        remaining = deadline - time.monotonic()
+        if not self._inbox.poll(max(0.0, remaining)):
+            limit = self.startup_s if what == "loading" else self.deadline_s
+            return None, self._timeout(limit, what)
+        try:
+            raw = self._inbox.recv_bytes(1 << 20)
+            header = json.loads(raw)
+        except (EOFError, OSError, ValueError):
+            return None, self._death(mark, what)
+        if not isinstance(header, dict):
+            return None, self._death(mark, what)
+        return header, None
+
+    def _send_job(self, request: dict[str, Any], job: RunJob) -> bool:
+        assert self._outbox is not None
+        try:
+            self._outbox.send_bytes(pickle.dumps(request))
+            for buffer in job.buffers:
+                raw = np.ascontiguousarray(buffer.padded).view(np.uint8)
+                self._outbox.send_bytes(raw.data)
+        except OSError:
+            return False
+        return True
+
+    def _request(self, op: str, job: RunJob) -> dict[str, Any]:
+        known = {b.name for b in self.kernel.buffers}
+        given = [b.name for b in job.buffers]
+        if sorted(given) != sorted(known):
+            raise ValueError(f"job buffers {given} do not match the kernel's {sorted(known)}")
+        layouts = [BufferLayout(b.name, b.dtype, tuple(b.shape), b.guard, int(b.padded.size))
+                   for b in job.buffers]  # fmt: skip
+        for b, layout in zip(job.buffers, layouts, strict=True):
+            if b.padded.ndim != 1 or layout.guard + layout.size > layout.length:
+                raise ValueError(f"buffer '{b.name}' is not a 1-D padded array holding its data")
+        shift = effective_shift(job.address_shift)
+        return {"op": op, "launch": job.launch, "layouts": layouts, "shift": shift,
+                "launches": max(1, job.launches)}  # fmt: skip
+
+    # ------------------------------------------------------------------ jobs
+
+    def run(self, job: RunJob) -> RunOutcome:
+        """Run one job in the worker; kernel misbehaviour comes back as a failed outcome."""
+        request = self._request("run", job)
+        failure = self._start()
+        if failure is not None:
+            return failure
+        mark = self._log_mark()
+        what = f"running '{self.kernel.entry}'"
+        if not self._send_job(request, job):
+            return self._death(mark, what)
+        started = time.monotonic()
+        header, failure = self._receive(started + self.deadline_s, mark, what)
+        if failure is not None:
+            return failure
+        assert header is not None
+        elapsed = time.monotonic() - started
+        if header.get("status") != "ok":
+            outcome = _outcome(str(header.get("status")), str(header.get("message", "")), elapsed)
+            if not header.get("healthy", True):
+                self._reap_exited(mark)
+            return outcome
+        arrays = self._receive_arrays(job, started + self.deadline_s + _TRANSFER_GRACE_S)
+        if arrays is None:
+            return self._death(mark, f"sending back the buffers of '{self.kernel.entry}'")
+        return RunOutcome(RunStatus.OK, "", arrays, elapsed)
+
+    def _receive_arrays(self, job: RunJob, deadline: float) -> dict[str, np.ndarray] | None:
+        assert self._inbox is not None
+        arrays: dict[str, np.ndarray] = {}
+        for buffer in job.buffers:
+            out = np.empty_like(buffer.padded)
+            view = out.view(np.uint8)
+            if not self._inbox.poll(max(0.0, deadline - time.monotonic())):
+                return None
+            try:
+                got = self._inbox.recv_bytes_into(view)
+            except (EOFError, OSError, ValueError, Exception):  # BufferTooShort: a forged frame
+                return None
+            if got != view.nbytes:
+                return None
+            arrays[buffer.name] = out
+        return arrays
+
+    def _reap_exited(self, mark: int) -> None:
+        """After a sticky error the worker exits by itself; wait for it so it is no zombie."""
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=10.0)
+        self._stop_worker()
+
+    def time(
+        self, job: RunJob, which: Literal["kernel", "baseline"] = "kernel", *,
+        budget_ms: float = 125.0,
+        check: Callable[[Mapping[str, np.ndarray]], None] | None = None,
+    ) -> TimingResult | RunOutcome:  # fmt: skip
+        """Time the kernel or the spec's baseline on the job's inputs, in the worker.
+
+        The worker makes device buffers from the job once, then calls
+        :func:`kcert.certify.timing.time_callable` with a launch callable; before
+        every timed run the ``inout`` buffers get their pristine contents back.
+        ``check``, when given, gets the padded buffers as the last timed run
+        left them (here, in the parent); if it raises, the timed work was not the
+        real work and :class:`~kcert.certify.timing.TimedOutputError` is raised.
+
+        Returns the :class:`TimingResult`, or a failed :class:`RunOutcome` when
+        the kernel crashed, hung or raised while being timed. Raises
+        :class:`TimingUnavailable` on the interpreter or without a baseline.
+        """
+        if self.executor == "triton-interpreter":
+            raise TimingUnavailable(
+                "timing needs a GPU: the Triton interpreter runs kernels on the CPU one program "
+                "at a time, so its times say nothing about the kernel"
+            )
+        if which == "baseline" and self.kernel.baseline is None:
+            raise TimingUnavailable(f"kernel '{self.kernel.name}' names no baseline to time")
+        request = self._request("time", job)
+        request.update(which=which, budget_ms=float(budget_ms))
+        failure = self._start()
+        if failure is not None:
+            return failure
+        mark = self._log_mark()
+        what = f"timing the {which}"
+        if not self._send_job(request, job):
+            return self._death(mark, what)
+        # the routine runs for a few times its budget (warmup, calibration, flushes); each launch
+        # is still bounded by the deadline
+        started = time.monotonic()
+        limit = started + self.deadline_s + budget_ms / 1000.0 * 8
+        header, failure = self._receive(limit, mark, what)
+        if failure is not None:
+            return failure
+        assert header is not None
+        if header.get("status") != "ok":
+            outcome = _outcome(str(header.get("status")), str(header.get("message", "")))
+            if not header.get("healthy", True):
+                self._reap_exited(mark)
+            return outcome
+        result = _timing_result(header.get("result"))
+        arrays = self._receive_arrays(job, time.monotonic() + _TRANSFER_GRACE_S)
+        if arrays is None:
+            return self._death(mark, f"sending back the buffers after {what}")
+        if result is None:
+            self._stop_worker()
+            return RunOutcome(RunStatus.CRASH, f"the worker sent a malformed result after {what}")
+        if check is not None:
+            from kcert.certify.timing import TimedOutputError
+
+            try:
+                check(arrays)
+            except Exception as exc:  # whatever the check raises means: wrong output
+                raise TimedOutputError(f"{type(exc).__name__}: {exc}") from exc
+        return result
+
+
+def _timing_result(payload: Any) -> TimingResult | None:
+    """A :class:`TimingResult` from the child's JSON, checked field by field."""
+    if not isinstance(payload, dict) or set(payload) != set(TimingResult.__dataclass_fields__):
+        return None
+    floats = ("median_ms", "p99_ms", "min_ms", "cv")
+    if not all(isinstance(payload[k], int | float) for k in floats):
+        return None
+    runs = payload["runs"]
+    if not isinstance(runs, int) or isinstance(runs, bool):
+        return None
+    median, p99, least, cv = (float(payload[k]) for k in floats)
+    return TimingResult(median_ms=median, p99_ms=p99, min_ms=least, cv=cv, runs=runs)
+
+
+def _outcome(status: str, message: str, elapsed_s: float = 0.0) -> RunOutcome:
+    try:
+        parsed = RunStatus(status)
+    except ValueError:
+        parsed = RunStatus.CRASH
+    if parsed is RunStatus.OK:
+        parsed = RunStatus.CRASH  # an "ok" here means a failure without data: the protocol broke
+    return RunOutcome(parsed, message or f"the kernel failed ({status})", elapsed_s=elapsed_s)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} (signal {number})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def _reap(
+    proc: subprocess.Popen[bytes] | None, inbox: Connection | None, outbox: Connection | None,
+    log: IO[bytes] | None,
+) -> None:  # fmt: skip
+    """Kill a worker's whole process group, wait for it, close its pipes (idempotent)."""
+    for conn in (outbox, inbox):
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.close()
+    if proc is not None:
+        # the group first: a worker's own children (compilers, helpers) go with it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10.0)
+    if log is not None:
+        log.close()
+

@@ -1,0 +1,188 @@
+"""Replaying logged decisions, and comparing a re-run's anchors with the recorded ones.
+
+A promotion leaf (``promotion.granted``, ``promotion.denied``,
+``promotion.suspended``) carries ``{"inputs": PromotionInputs.to_json(),
+"decision": Decision.to_json(), ...}``. :func:`replay_decision` rebuilds the
+inputs from the leaf alone, runs the registry's pure policy function again and
+compares every field of the decision. :func:`check_candidates` then holds the
+recorded inputs against the certificates they name: a recorded verdict, hardware
+class or signer that the certificate itself does not carry is a difference too.
+
+:func:`compare_anchors` is the pure half of ``replay --rerun``: given the probes
+a certificate recorded and the probes of a fresh certification of the same
+kernel, it names every anchor that changed and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kcert.digest import Digest, canonical_json
+from kcert.errors import KcertError
+from kcert.log.errors import LogError
+from kcert.log.leaf import Leaf
+
+DECISION_KINDS = ("promotion.granted", "promotion.denied", "promotion.suspended")
+
+
+class ReplayError(LogError):
+    """An entry that cannot be replayed (not a decision, or its inputs are unreadable)."""
+
+    kind = "log-replay"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionReplay:
+    recorded: Mapping[str, Any]
+    replayed: Mapping[str, Any]
+    differences: tuple[str, ...]
+
+    @property
+    def same(self) -> bool:
+        return not self.differences
+
+
+def replay_decision(leaf: Leaf) -> DecisionReplay:
+    """Decide ``leaf``'s promotion again from its recorded inputs alone."""
+    from kcert.registry.policy import PromotionInputs, decide_promotion
+
+    if leaf.kind not in DECISION_KINDS:
+        raise ReplayError(
+            f"entry {leaf.index} records {leaf.kind!r}, not a decision; replay re-decides "
+            f"entries of kind {', '.join(DECISION_KINDS)}"
+        )
+    inputs, recorded = leaf.payload.get("inputs"), leaf.payload.get("decision")
+    if not isinstance(inputs, Mapping) or not isinstance(recorded, Mapping):
+        raise ReplayError(f"entry {leaf.index} lacks its recorded inputs or decision")
+    try:
+        replayed = decide_promotion(PromotionInputs.from_json(inputs)).to_json()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplayError(f"entry {leaf.index} has malformed inputs: {exc!r}") from exc
+    except KcertError as exc:
+        raise ReplayError(f"entry {leaf.index} cannot be re-decided: {exc.diagnostics()}") from exc
+    differences = tuple(
+        f"{key}: recorded {recorded.get(key)!r}, replayed {replayed.get(key)!r}"
+        for key in sorted(set(recorded) | set(replayed))
+        if _json(recorded.get(key)) != _json(replayed.get(key))
+    )
+    return DecisionReplay(recorded, replayed, differences)
+
+
+def _json(value: Any) -> bytes:
+    return canonical_json(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectCheck:
+    """One certificate named by the inputs, held against what was recorded about it."""
+
+    certificate: str
+    status: str  # "same" | "differs" | "unavailable"
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"certificate": self.certificate, "status": self.status, "notes": list(self.notes)}
+
+
+#: Fetches a stored envelope (DSSE JSON) by certificate id; ``None`` when it cannot.
+EnvelopeFetcher = Callable[[str], "Mapping[str, Any] | None"]
+
+
+def check_candidates(leaf: Leaf, fetch: EnvelopeFetcher) -> list[ObjectCheck]:
+    """Compare each recorded candidate with the certificate it names."""
+    from kcert.attest.certificate import inspect_envelope, parse_envelope
+
+    inputs = leaf.payload.get("inputs")
+    candidates = inputs.get("candidates", []) if isinstance(inputs, Mapping) else []
+    checks: list[ObjectCheck] = []
+    for candidate in candidates:
+        cid = str(candidate.get("id"))
+        envelope = fetch(cid)
+        if envelope is None:
+            checks.append(ObjectCheck(cid, "unavailable", ("the registry did not serve it",)))
+            continue
+        notes: list[str] = []
+        if str(Digest.of_json(dict(envelope))) != cid:
+            notes.append("the served envelope does not hash to this id")
+        try:
+            contents = inspect_envelope(parse_envelope(canonical_json(dict(envelope))))
+        except KcertError as exc:
+            checks.append(ObjectCheck(cid, "differs", (f"unreadable: {exc.diagnostics()}",)))
+            continue
+        for name, actual in (("verdict", str(contents.verdict)), ("hw_class", contents.hw_class)):
+            if candidate.get(name) != actual:
+                notes.append(f"{name}: recorded {candidate.get(name)!r}, certificate {actual!r}")
+        keyids = {s.keyid for s in contents.envelope.signatures if s.keyid}
+        if keyids and candidate.get("keyid") not in keyids:
+            notes.append(f"keyid: recorded {candidate.get('keyid')!r}, signed by {sorted(keyids)}")
+        if candidate.get("fingerprint") != str(contents.fingerprint):
+            # Not a difference by itself: a target may fingerprint over its own drift fields.
+            extra = "recorded fingerprint is over the target's own drift fields (not rechecked)"
+            checks.append(ObjectCheck(cid, "differs" if notes else "same", (*notes, extra)))
+            continue
+        checks.append(ObjectCheck(cid, "differs" if notes else "same", tuple(notes)))
+    return checks
+
+
+# --- --rerun: anchors of a fresh certification against the recorded ones ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AnchorDifference:
+    probe: str
+    role: str  # "input" | "reference" | "output" | "probe"
+    name: str
+    recorded: str | None
+    rerun: str | None
+    #: "kernel output drift", "reference drift", "input drift" or "probe not re-run".
+    cause: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "probe": self.probe, "role": self.role, "name": self.name,
+            "recorded": self.recorded, "rerun": self.rerun, "cause": self.cause,
+        }  # fmt: skip
+
+
+def compare_anchors(
+    recorded: Sequence[Mapping[str, Any]], rerun: Sequence[Mapping[str, Any]]
+) -> list[AnchorDifference]:
+    """Every anchor that differs between two runs over the same probes, with its cause.
+
+    Probes are matched by id. Inputs come from recorded seeds, so a changed
+    input anchor means the probe generator itself drifted ("input drift") and
+    everything computed from it differs as a consequence. With equal inputs, a
+    changed reference anchor is "reference drift" (the NumPy reference or its
+    stack computes something else) and a changed output anchor is "kernel output
+    drift" (the kernel, its build or the GPU stack computes something else).
+    """
+    fresh = {str(p["id"]): p for p in rerun}
+    differences: list[AnchorDifference] = []
+    for probe in recorded:
+        pid = str(probe["id"])
+        other = fresh.get(pid)
+        if other is None:
+            differences.append(
+                AnchorDifference(pid, "probe", "", None, None, "probe not re-run")
+            )
+            continue
+        inputs_drifted = False
+        for role, cause in (("inputs", "input drift"), ("reference", "reference drift"),
+                            ("outputs", "kernel output drift")):  # fmt: skip
+            before: Mapping[str, str] = probe.get(role, {})
+            after: Mapping[str, str] = other.get(role, {})
+            for name in sorted(set(before) | set(after)):
+                if before.get(name) == after.get(name):
+                    continue
+                why = cause
+                if inputs_drifted and role != "inputs":
+                    why = f"{cause} (after input drift)"
+                differences.append(
+                    AnchorDifference(pid, role.rstrip("s"), name, before.get(name),
+                                     after.get(name), why)  # fmt: skip
+                )
+                if role == "inputs":
+                    inputs_drifted = True
+    return differences

@@ -1,0 +1,196 @@
+"""The content-addressed certificate store.
+
+A certificate is stored under its id (``sha256:`` of the canonical envelope)
+and indexed by every subject digest, so the gate finds a kernel's
+certificates with one index lookup. Storing is idempotent: the same envelope
+again is found, not duplicated. A certificate is accepted only when it
+verifies against a trusted, unrevoked key and its statement and predicate
+validate; a failed verdict is stored too (it is evidence), but never counts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from kcert.attest.certificate import certificate_id, parse_envelope, verify_envelope
+from kcert.attest.dsse import Envelope
+from kcert.attest.errors import CertificateFormatError, VerificationError
+from kcert.digest import Digest, DigestError, canonical_json
+from kcert.registry import audit
+from kcert.registry.decisions import (
+    kernel_certificates,
+    promotions_of_kernels,
+    recheck_promotions,
+    subjects_of,
+)
+from kcert.registry.errors import CertificateRejected, NotFound
+from kcert.registry.keys import trusted_public_keys
+from kcert.registry.models import (
+    Certificate,
+    CertificatePublic,
+    CertificateStored,
+    CertificateSubject,
+    TrustedKey,
+    as_utc,
+    utcnow,
+)
+
+
+def envelope_from_json(value: Any) -> Envelope:
+    """Parse a JSON value (already decoded) as a DSSE envelope, strictly."""
+    try:
+        return parse_envelope(json.dumps(value).encode("utf-8"))
+    except CertificateFormatError as exc:
+        raise CertificateRejected(exc.diagnostics()) from exc
+
+
+def store_certificate(*, session: Session, envelope: Envelope) -> CertificateStored:
+    """Verify and store ``envelope``; ``created`` says whether it is new here."""
+    cid = str(certificate_id(envelope))
+    existing = session.get(Certificate, cid)
+    if existing is not None:
+        return _stored(session, existing, created=False, log_index=None)
+    try:
+        verified = verify_envelope(envelope, trusted_public_keys(session))
+    except VerificationError as exc:
+        raise CertificateRejected(_rejection(session, envelope, exc)) from exc
+    predicate = verified.predicate
+    environment = dict(predicate.get("environment", {}).get("fields", {}))
+    row = Certificate(
+        id=cid,
+        kernel_name=verified.kernel_name,
+        source_digest=str(verified.source_digest),
+        keyid=verified.keyid,
+        verdict=str(verified.verdict),
+        hw_class=verified.hw_class,
+        fingerprint=str(verified.fingerprint),
+        envelope=canonical_json(envelope.to_json()).decode("utf-8"),
+        environment=environment,
+    )
+    subjects = {str(digest): name for name, digest in verified.subjects}
+    try:
+        session.add(row)
+        # Flush the certificate before its subjects: the index rows reference it.
+        session.flush()
+        for digest, name in subjects.items():
+            session.add(CertificateSubject(digest=digest, certificate_id=cid, name=name[:512]))
+        index = audit.record_event(
+            session,
+            audit.CERTIFICATE_STORED,
+            {
+                "certificate": cid,
+                "keyid": verified.keyid,
+                "kernel_name": verified.kernel_name,
+                "subjects": sorted(subjects),
+                "verdict": row.verdict,
+                "hw_class": row.hw_class,
+                "fingerprint": row.fingerprint,
+            },
+        )
+        session.commit()
+    except IntegrityError:
+        # Another writer stored the same envelope between our read and our insert.
+        session.rollback()
+        winner = session.get(Certificate, cid)
+        if winner is None:
+            raise
+        return _stored(session, winner, created=False, log_index=None)
+    return _stored(session, row, created=True, log_index=index)
+
+
+def get_certificate(*, session: Session, certificate: str) -> CertificatePublic:
+    row = session.get(Certificate, _certificate_key(certificate))
+    if row is None:
+        raise NotFound(f"no certificate {certificate} in this registry")
+    return certificate_public(session, row)
+
+
+def get_envelope(*, session: Session, certificate: str) -> dict[str, Any]:
+    row = session.get(Certificate, _certificate_key(certificate))
+    if row is None:
+        raise NotFound(f"no certificate {certificate} in this registry")
+    envelope: dict[str, Any] = json.loads(row.envelope)
+    return envelope
+
+
+def certificates_of_kernel(*, session: Session, kernel: Digest) -> list[CertificatePublic]:
+    return [certificate_public(session, c) for c in kernel_certificates(session, str(kernel))]
+
+
+def revoke_certificate(*, session: Session, certificate: str, reason: str) -> CertificatePublic:
+    """Revoke one certificate; promotions left without a valid certificate are suspended."""
+    cid = _certificate_key(certificate)
+    row = session.exec(select(Certificate).where(Certificate.id == cid).with_for_update()).first()
+    if row is None:
+        raise NotFound(f"no certificate {certificate} in this registry")
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+        row.revoke_reason = reason
+        session.add(row)
+        audit.record_event(
+            session, audit.CERTIFICATE_REVOKED, {"certificate": cid, "reason": reason}
+        )
+        session.flush()
+        promotions = promotions_of_kernels(session, subjects_of(session, [cid]))
+        recheck_promotions(session, promotions, cause=f"certificate {cid} revoked")
+        session.commit()
+    return certificate_public(session, row)
+
+
+def certificate_public(session: Session, row: Certificate) -> CertificatePublic:
+    return CertificatePublic(**_public_fields(session, row))
+
+
+def _stored(
+    session: Session, row: Certificate, *, created: bool, log_index: int | None
+) -> CertificateStored:
+    return CertificateStored(**_public_fields(session, row), created=created, log_index=log_index)
+
+
+def _public_fields(session: Session, row: Certificate) -> dict[str, Any]:
+    subjects = session.exec(
+        select(CertificateSubject.digest)
+        .where(CertificateSubject.certificate_id == row.id)
+        .order_by(col(CertificateSubject.digest))
+    ).all()
+    return {
+        "id": row.id,
+        "kernel_name": row.kernel_name,
+        "source_digest": row.source_digest,
+        "keyid": row.keyid,
+        "verdict": row.verdict,
+        "hw_class": row.hw_class,
+        "fingerprint": row.fingerprint,
+        "subjects": list(subjects),
+        "created_at": as_utc(row.created_at),
+        "revoked_at": as_utc(row.revoked_at) if row.revoked_at else None,
+        "revoke_reason": row.revoke_reason,
+    }
+
+
+def _certificate_key(text: str) -> str:
+    try:
+        return str(Digest.parse(text))
+    except DigestError as exc:
+        raise NotFound(f"{text!r} is not a certificate id (sha256:<64 hex>)") from exc
+
+
+def _rejection(session: Session, envelope: Envelope, exc: VerificationError) -> str:
+    """Say which key was the problem when a signature names a revoked or unknown key."""
+    hints = [s.keyid for s in envelope.signatures if s.keyid]
+    if hints:
+        revoked = session.exec(
+            select(TrustedKey).where(
+                col(TrustedKey.keyid).in_(hints), col(TrustedKey.revoked_at).is_not(None)
+            )
+        ).first()
+        if revoked is not None:
+            return (
+                f"signed by key {revoked.keyid}, which is revoked ({revoked.revoke_reason}); "
+                "certificates signed by a revoked key are refused"
+            )
+    return exc.diagnostics()

@@ -1,0 +1,51 @@
+"""The one settings object of kcert's registry, its server and its clients.
+
+Every value comes from a ``KCERT_*`` environment variable (pydantic-settings);
+nothing else reads the environment for these. Secrets are ``SecretStr`` so a
+token never lands in a log line or a repr by accident.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Requests larger than this are refused with 413 before they are parsed.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+REGISTRY_DB_NAME = "registry.db"
+
+
+class Settings(BaseSettings):
+    """Configuration read from ``KCERT_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="KCERT_", extra="ignore")
+
+    #: Where the embedded registry (and other local state) lives.
+    home: Path = Field(default=Path("~/.kcert"))
+    #: SQLAlchemy URL; by default a SQLite file in ``home``.
+    database_url: str | None = None
+    #: The first admin token of a server; stored nowhere, compared by hash.
+    admin_token: SecretStr | None = None
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
+    #: A remote registry for the CLI; none means the embedded one.
+    registry: str | None = None
+    #: Bearer token the CLI sends to a remote registry.
+    token: SecretStr | None = None
+
+    @field_validator("home")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @field_validator("database_url", "registry")
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        return value or None
+
+    def resolved_database_url(self) -> str:
+        """The database to use: ``KCERT_DATABASE_URL`` or SQLite in ``KCERT_HOME``."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.home / REGISTRY_DB_NAME}"

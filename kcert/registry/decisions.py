@@ -1,0 +1,269 @@
+"""Promotions and the gate: gather the recorded inputs, run the pure policy, act on it.
+
+:func:`gather_inputs` is the only place that reads the database for a decision;
+:func:`kcert.registry.policy.decide_promotion` is the only place that decides.
+A promotion decision (granted or denied) is written to the audit log with the
+full inputs in the same transaction. The gate reads with indexed lookups only
+(subject digest, key ids, target name, the (kernel, target) promotion) and
+writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import update
+from sqlmodel import Session, col, select
+
+from kcert.digest import Digest
+from kcert.registry import audit
+from kcert.registry.environment import certificate_fingerprint
+from kcert.registry.errors import PromotionDenied
+from kcert.registry.models import (
+    Certificate,
+    CertificateSubject,
+    Promotion,
+    PromotionPublic,
+    PromotionStatus,
+    Target,
+    TrustedKey,
+    as_utc,
+    utcnow,
+)
+from kcert.registry.policy import (
+    Candidate,
+    Decision,
+    PromotionInputs,
+    PromotionState,
+    decide_gate,
+    decide_promotion,
+)
+
+
+def lock_target(session: Session, name: str) -> Target | None:
+    """The target row, locked for the rest of the transaction (PostgreSQL ``FOR UPDATE``).
+
+    On SQLite the write transaction already holds the database lock.
+    """
+    return session.exec(select(Target).where(Target.name == name).with_for_update()).first()
+
+
+def kernel_certificates(session: Session, kernel: str) -> list[Certificate]:
+    """Every certificate with ``kernel`` among its subjects, newest first (ties by id)."""
+    statement = (
+        select(Certificate)
+        .join(CertificateSubject, col(CertificateSubject.certificate_id) == col(Certificate.id))
+        .where(CertificateSubject.digest == kernel)
+        .order_by(col(Certificate.created_at).desc(), col(Certificate.id))
+    )
+    return list(session.exec(statement).all())
+
+
+def gather_inputs(
+    session: Session, *, kernel: str, target_name: str, target: Target | None,
+    full_key_set: bool,
+) -> PromotionInputs:  # fmt: skip
+    """Read what the policy needs for (kernel, target).
+
+    With ``full_key_set`` the inputs name every trusted, unrevoked key (what the
+    log records, so an auditor sees the whole trust root); without it, only the
+    keys that signed a candidate, which is all the decision depends on and keeps
+    the gate to indexed lookups.
+    """
+    certificates = kernel_certificates(session, kernel)
+    signer_ids = sorted({c.keyid for c in certificates})
+    signers = (
+        session.exec(select(TrustedKey).where(col(TrustedKey.keyid).in_(signer_ids))).all()
+        if signer_ids
+        else []
+    )
+    revoked_keys = tuple(sorted(k.keyid for k in signers if k.revoked_at is not None))
+    if full_key_set:
+        trusted = session.exec(
+            select(TrustedKey.keyid).where(col(TrustedKey.revoked_at).is_(None))
+        ).all()
+        trusted_keys = tuple(sorted(trusted))
+    else:
+        trusted_keys = tuple(sorted(k.keyid for k in signers if k.revoked_at is None))
+    drift_fields = target.drift_fields if target is not None else None
+    candidates = tuple(
+        Candidate(
+            id=c.id,
+            keyid=c.keyid,
+            verdict=c.verdict,
+            hw_class=c.hw_class,
+            fingerprint=certificate_fingerprint(c, drift_fields),
+        )
+        for c in certificates
+    )
+    return PromotionInputs(
+        kernel=kernel,
+        target=target_name,
+        target_hw_class=target.hw_class if target is not None else None,
+        target_fingerprint=target.fingerprint if target is not None else None,
+        trusted_keys=trusted_keys,
+        revoked_keys=revoked_keys,
+        revoked_certificates=tuple(sorted(c.id for c in certificates if c.revoked_at)),
+        candidates=candidates,
+    )
+
+
+def gate(*, session: Session, kernel: Digest, target: str) -> Decision:
+    """May ``kernel`` run on ``target`` now? Read-only; never logs."""
+    kernel_id = str(kernel)
+    target_row = session.get(Target, target)
+    inputs = gather_inputs(
+        session, kernel=kernel_id, target_name=target, target=target_row, full_key_set=False
+    )
+    promotion = session.exec(
+        select(Promotion).where(Promotion.kernel == kernel_id, Promotion.target_name == target)
+    ).first()
+    state = (
+        PromotionState(status=promotion.status, reason=promotion.suspend_reason)
+        if promotion is not None
+        else None
+    )
+    return decide_gate(inputs, state)
+
+
+def decision_payload(inputs: PromotionInputs, decision: Decision, **extra: Any) -> dict[str, Any]:
+    """The audit-log payload of a decision: enough to re-decide it from the leaf alone."""
+    return {"inputs": inputs.to_json(), "decision": decision.to_json(), **extra}
+
+
+def promote(*, session: Session, kernel: Digest, target: str) -> PromotionPublic:
+    """Grant (and record) a promotion, or record the denial and raise :class:`PromotionDenied`."""
+    kernel_id = str(kernel)
+    target_row = lock_target(session, target)
+    inputs = gather_inputs(
+        session, kernel=kernel_id, target_name=target, target=target_row, full_key_set=True
+    )
+    decision = decide_promotion(inputs)
+    kind = audit.PROMOTION_GRANTED if decision.allow else audit.PROMOTION_DENIED
+    log_index = audit.record_event(session, kind, decision_payload(inputs, decision))
+    existing = session.exec(
+        select(Promotion).where(Promotion.kernel == kernel_id, Promotion.target_name == target)
+    ).first()
+    if not decision.allow:
+        if existing is not None and existing.status == PromotionStatus.ACTIVE:
+            _suspend(session, existing, inputs, decision, cause="promotion denied")
+        session.commit()
+        raise PromotionDenied(
+            f"promotion of {kernel_id} to target {target!r} denied",
+            reasons=decision.reasons,
+            log_index=log_index,
+        )
+    assert target_row is not None and decision.certificate is not None  # allow implies both
+    now = utcnow()
+    if existing is None:
+        existing = Promotion(kernel=kernel_id, target_name=target, status="", certificate_id="")
+    existing.status = PromotionStatus.ACTIVE
+    existing.certificate_id = decision.certificate
+    existing.granted_at = now
+    existing.suspended_at = None
+    existing.suspend_reason = None
+    existing.log_index = log_index
+    session.add(existing)
+    session.commit()
+    return promotion_public(existing, reasons=decision.reasons)
+
+
+def promotion_public(row: Promotion, *, reasons: Sequence[str] = ()) -> PromotionPublic:
+    return PromotionPublic(
+        kernel=row.kernel,
+        target=row.target_name,
+        status=PromotionStatus(row.status),
+        certificate=row.certificate_id,
+        granted_at=as_utc(row.granted_at),
+        suspended_at=as_utc(row.suspended_at) if row.suspended_at else None,
+        suspend_reason=row.suspend_reason,
+        reasons=list(reasons),
+        log_index=row.log_index,
+    )
+
+
+def list_promotions(*, session: Session, target: str | None = None) -> list[PromotionPublic]:
+    statement = select(Promotion).order_by(col(Promotion.target_name), col(Promotion.kernel))
+    if target is not None:
+        statement = statement.where(Promotion.target_name == target)
+    return [promotion_public(p) for p in session.exec(statement).all()]
+
+
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    kernel: str
+    target: str
+    log_index: int
+
+
+def recheck_promotions(
+    session: Session, promotions: Iterable[Promotion], *, cause: str
+) -> list[Suspension]:
+    """Suspend each active promotion that no longer has a valid certificate; log each.
+
+    Called inside the transaction of a drift report or a revocation, after the
+    change is written, so the inputs read here are the new state.
+    """
+    suspended: list[Suspension] = []
+    targets: dict[str, Target | None] = {}
+    for promotion in promotions:
+        if promotion.status != PromotionStatus.ACTIVE:
+            continue
+        name = promotion.target_name
+        if name not in targets:
+            targets[name] = session.get(Target, name)
+        inputs = gather_inputs(
+            session, kernel=promotion.kernel, target_name=name, target=targets[name],
+            full_key_set=True,
+        )  # fmt: skip
+        decision = decide_promotion(inputs)
+        if decision.allow:
+            continue
+        index = _suspend(session, promotion, inputs, decision, cause=cause)
+        suspended.append(Suspension(kernel=promotion.kernel, target=name, log_index=index))
+    return suspended
+
+
+def promotions_of_kernels(session: Session, kernels: Iterable[str]) -> list[Promotion]:
+    wanted = sorted(set(kernels))
+    if not wanted:
+        return []
+    return list(
+        session.exec(
+            select(Promotion)
+            .where(col(Promotion.kernel).in_(wanted), Promotion.status == PromotionStatus.ACTIVE)
+            .order_by(col(Promotion.id))
+        ).all()
+    )
+
+
+def subjects_of(session: Session, certificate_ids: Iterable[str]) -> list[str]:
+    wanted = sorted(set(certificate_ids))
+    if not wanted:
+        return []
+    rows = session.exec(
+        select(CertificateSubject.digest).where(col(CertificateSubject.certificate_id).in_(wanted))
+    ).all()
+    return sorted(set(rows))
+
+
+def _suspend(
+    session: Session, promotion: Promotion, inputs: PromotionInputs, decision: Decision,
+    *, cause: str,
+) -> int:  # fmt: skip
+    index = audit.record_event(
+        session,
+        audit.PROMOTION_SUSPENDED,
+        decision_payload(
+            inputs, decision, kernel=promotion.kernel, target=promotion.target_name, cause=cause
+        ),
+    )
+    session.execute(
+        update(Promotion)
+        .where(col(Promotion.id) == promotion.id)
+        .values(status=PromotionStatus.SUSPENDED, suspended_at=utcnow(), suspend_reason=cause)
+    )
+    session.refresh(promotion)
+    return index

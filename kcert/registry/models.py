@@ -1,0 +1,362 @@
+"""The registry's tables and the models its API reads and writes.
+
+One family per table (STYLE.md rule 5): ``XBase`` holds the shared fields,
+``XCreate`` is what a client sends, ``X(table=True)`` is the row and
+``XPublic`` is what a client gets back. The schema itself is made only by the
+Alembic migrations in ``alembic/versions``; these classes describe it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import Field as PydanticField
+from sqlalchemy import JSON, DateTime, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from kcert.digest import Digest
+
+#: Names of targets and keys: printable, no slashes (they appear in URL paths).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
+HW_CLASS_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$"
+DIGEST_PATTERN = r"^(sha256:)?[0-9a-f]{64}$"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(value: datetime) -> datetime:
+    """SQLite hands back naive datetimes; every stored time is UTC."""
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _when() -> Any:
+    return Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
+def _maybe_when() -> Any:
+    return Field(default=None, sa_type=DateTime(timezone=True))
+
+
+class Scope(StrEnum):
+    CERTIFICATES_WRITE = "certificates:write"
+    PROMOTE = "promote"
+    GATE_READ = "gate:read"
+    TARGETS_WRITE = "targets:write"
+    ADMIN = "admin"
+
+
+class PromotionStatus(StrEnum):
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+
+
+# --- trusted keys -------------------------------------------------------------------------
+
+
+class TrustedKeyBase(SQLModel):
+    name: str = Field(min_length=1, max_length=128, regex=NAME_PATTERN)
+
+
+class TrustedKeyCreate(TrustedKeyBase):
+    #: Hex of the raw 32-byte Ed25519 public key.
+    public_key: str = Field(min_length=64, max_length=64, regex=r"^[0-9a-fA-F]{64}$")
+
+    @field_validator("public_key")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+
+class TrustedKey(TrustedKeyBase, table=True):
+    __tablename__ = "trusted_key"
+
+    keyid: str = Field(primary_key=True, max_length=64)
+    public_key: str = Field(max_length=64)
+    created_at: datetime = _when()
+    revoked_at: datetime | None = _maybe_when()
+    revoke_reason: str | None = Field(default=None, sa_type=Text)
+
+
+class TrustedKeyPublic(TrustedKeyBase):
+    keyid: str
+    public_key: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+    revoke_reason: str | None = None
+
+
+class KeyRevoke(SQLModel):
+    reason: str = Field(default="revoked", min_length=1, max_length=2000)
+
+
+# --- certificates -------------------------------------------------------------------------
+
+
+class CertificateBase(SQLModel):
+    kernel_name: str = Field(max_length=256)
+    source_digest: str = Field(max_length=71)
+    keyid: str = Field(max_length=64, index=True)
+    verdict: str = Field(max_length=16)
+    hw_class: str = Field(max_length=64)
+    #: Fingerprint of the certifying environment over the default drift fields.
+    fingerprint: str = Field(max_length=71)
+
+
+class Signature(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    keyid: str | None = PydanticField(default=None, max_length=256)
+    sig: str = PydanticField(max_length=4096)
+
+
+class CertificateCreate(BaseModel):
+    """A DSSE envelope, exactly as ``kcert certify`` writes it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    payloadType: str = PydanticField(max_length=256)  # DSSE spells it so
+    payload: str
+    signatures: list[Signature] = PydanticField(min_length=1, max_length=16)
+
+    def envelope(self) -> dict[str, Any]:
+        """The envelope as sent: unset defaults stay unset, so its id is unchanged."""
+        return self.model_dump(exclude_unset=True)
+
+
+class Certificate(CertificateBase, table=True):
+    __tablename__ = "certificate"
+    __table_args__ = (Index("ix_certificate_hw_fingerprint", "hw_class", "fingerprint"),)
+
+    id: str = Field(primary_key=True, max_length=71)
+    #: The envelope as canonical JSON: its SHA-256 is the id.
+    envelope: str = Field(sa_type=Text)
+    #: The recorded environment fields, to fingerprint over a target's own drift fields.
+    environment: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    created_at: datetime = _when()
+    revoked_at: datetime | None = _maybe_when()
+    revoke_reason: str | None = Field(default=None, sa_type=Text)
+
+
+class CertificateSubject(SQLModel, table=True):
+    """Index from every subject digest (source, artifact) to its certificates."""
+
+    __tablename__ = "certificate_subject"
+
+    digest: str = Field(primary_key=True, max_length=71)
+    certificate_id: str = Field(primary_key=True, foreign_key="certificate.id", max_length=71)
+    name: str = Field(default="", max_length=512)
+
+
+class CertificatePublic(CertificateBase):
+    id: str
+    subjects: list[str]
+    created_at: datetime
+    revoked_at: datetime | None = None
+    revoke_reason: str | None = None
+
+
+class CertificateStored(CertificatePublic):
+    """Answer to a push: the certificate, and whether this push created it."""
+
+    created: bool
+    log_index: int | None = None
+
+
+class CertificateRevoke(SQLModel):
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+# --- targets --------------------------------------------------------------------------------
+
+
+class TargetBase(SQLModel):
+    hw_class: str = Field(max_length=64, regex=HW_CLASS_PATTERN)
+
+
+class TargetCreate(TargetBase):
+    """What a target reports: its hardware, its environment and (optionally) its drift fields."""
+
+    environment: dict[str, Any]
+    drift_fields: list[str] | None = Field(default=None, min_length=1, max_length=64)
+
+    @field_validator("drift_fields")
+    @classmethod
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if any(not f or len(f) > 128 for f in value):
+            raise ValueError("drift field names must be 1 to 128 characters")
+        if len(set(value)) != len(value):
+            raise ValueError("drift fields must not repeat")
+        return value
+
+
+class Target(TargetBase, table=True):
+    __tablename__ = "target"
+
+    name: str = Field(primary_key=True, max_length=128)
+    fingerprint: str = Field(max_length=71)
+    #: ``None`` means the default drift fields of ``kcert.certify.environment``.
+    drift_fields: list[str] | None = Field(default=None, sa_type=JSON)
+    environment: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    #: Bumped on every change of fingerprint, hardware or drift fields.
+    generation: int = Field(default=1)
+    created_at: datetime = _when()
+    updated_at: datetime = _when()
+
+
+class TargetHistory(SQLModel, table=True):
+    """Every state a target has been in, oldest first."""
+
+    __tablename__ = "target_history"
+
+    id: int | None = Field(default=None, primary_key=True)
+    target_name: str = Field(foreign_key="target.name", index=True, max_length=128)
+    generation: int
+    hw_class: str = Field(max_length=64)
+    fingerprint: str = Field(max_length=71)
+    drift_fields: list[str] | None = Field(default=None, sa_type=JSON)
+    environment: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    reported_at: datetime = _when()
+
+
+class TargetHistoryPublic(SQLModel):
+    generation: int
+    hw_class: str
+    fingerprint: str
+    drift_fields: list[str] | None
+    reported_at: datetime
+
+
+class StaleCertificate(SQLModel, table=True):
+    """A certificate that was valid for a target until the target drifted away from it."""
+
+    __tablename__ = "stale_certificate"
+
+    id: int | None = Field(default=None, primary_key=True)
+    certificate_id: str = Field(foreign_key="certificate.id", index=True, max_length=71)
+    target_name: str = Field(foreign_key="target.name", index=True, max_length=128)
+    generation: int
+    old_fingerprint: str = Field(max_length=71)
+    new_fingerprint: str = Field(max_length=71)
+    marked_at: datetime = _when()
+
+
+class StaleCertificatePublic(SQLModel):
+    certificate_id: str
+    generation: int
+    old_fingerprint: str
+    new_fingerprint: str
+    marked_at: datetime
+
+
+class TargetPublic(TargetBase):
+    name: str
+    fingerprint: str
+    drift_fields: list[str]
+    environment: dict[str, Any]
+    generation: int
+    created_at: datetime
+    updated_at: datetime
+    history: list[TargetHistoryPublic] = []
+    stale: list[StaleCertificatePublic] = []
+
+
+class TargetReported(TargetPublic):
+    """Answer to a report: the target and what this report changed."""
+
+    created: bool
+    changed: bool
+    stale_certificates: list[str]
+    suspended_promotions: list[str]
+
+
+# --- promotions -----------------------------------------------------------------------------
+
+
+class PromotionBase(SQLModel):
+    kernel: str = Field(max_length=71, regex=DIGEST_PATTERN)
+    target: str = Field(max_length=128, regex=NAME_PATTERN)
+
+    @field_validator("kernel")
+    @classmethod
+    def _canonical(cls, value: str) -> str:
+        return str(Digest.parse(value))
+
+
+class PromotionCreate(PromotionBase):
+    pass
+
+
+class Promotion(SQLModel, table=True):
+    __tablename__ = "promotion"
+    __table_args__ = (UniqueConstraint("kernel", "target_name", name="uq_promotion_kernel"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    kernel: str = Field(max_length=71)
+    target_name: str = Field(foreign_key="target.name", index=True, max_length=128)
+    status: str = Field(max_length=16)
+    certificate_id: str = Field(foreign_key="certificate.id", max_length=71)
+    granted_at: datetime = _when()
+    suspended_at: datetime | None = _maybe_when()
+    suspend_reason: str | None = Field(default=None, sa_type=Text)
+    #: Audit-log index of the decision that granted it.
+    log_index: int | None = None
+
+
+class PromotionPublic(PromotionBase):
+    status: PromotionStatus
+    certificate: str
+    granted_at: datetime
+    suspended_at: datetime | None = None
+    suspend_reason: str | None = None
+    reasons: list[str] = []
+    log_index: int | None = None
+
+
+class GateDecision(SQLModel):
+    allow: bool
+    reasons: list[str]
+    certificate: str | None
+
+
+# --- tokens ---------------------------------------------------------------------------------
+
+
+class ApiTokenBase(SQLModel):
+    description: str | None = Field(default=None, max_length=256)
+
+
+class ApiTokenCreate(ApiTokenBase):
+    scopes: list[Scope] = Field(min_length=1, max_length=8)
+    #: Lifetime in seconds; none means the token does not expire.
+    expires_in: int | None = Field(default=None, gt=0, le=10 * 365 * 24 * 3600)
+
+
+class ApiToken(ApiTokenBase, table=True):
+    __tablename__ = "api_token"
+
+    id: str = Field(primary_key=True, max_length=32)
+    #: SHA-256 (hex) of the token; the token itself is never stored.
+    token_hash: str = Field(max_length=64, unique=True, index=True)
+    scopes: list[str] = Field(default_factory=list, sa_type=JSON)
+    created_at: datetime = _when()
+    expires_at: datetime | None = _maybe_when()
+    revoked_at: datetime | None = _maybe_when()
+
+
+class ApiTokenPublic(ApiTokenBase):
+    id: str
+    scopes: list[Scope]
+    created_at: datetime
+    expires_at: datetime | None = None
+
+
+class ApiTokenCreated(ApiTokenPublic):
+    #: Shown once: only its hash is kept.
+    token: str

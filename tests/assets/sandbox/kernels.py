@@ -1,0 +1,90 @@
+"""Kernels that misbehave in ways the sandbox must contain (not certification assets).
+
+``TRITON_INTERPRET=1`` is set in the worker, so the ``@triton.jit`` kernels here
+run in the interpreter. The plain-Python launchers imitate a kernel's launch
+(``fn[grid](*args)``) so that a test can make the child segfault or abort at
+launch time, as a broken native extension or a driver fault would.
+"""
+
+import ctypes
+import os
+import subprocess
+import sys
+import time
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy(x, out, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out + offsets, tl.load(x + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
+def overrun(x, out, n, BLOCK: tl.constexpr):
+    # no mask: the last block writes BLOCK - n % BLOCK elements past the end of out
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offsets, tl.load(x + offsets, mask=offsets < n, other=7.0))
+    # and one element before the start
+    tl.store(out + offsets - 1, tl.full((BLOCK,), -3.0, tl.float32), mask=offsets == 0)
+
+
+@triton.jit
+def spin(x, out, n, BLOCK: tl.constexpr):
+    i = 0
+    while i < n:  # n is never changed below: the loop never ends
+        i = i * 1
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offsets, tl.load(x + offsets))
+
+
+@triton.jit
+def undefined_name(x, out, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offsets, no_such_value + tl.load(x + offsets))  # noqa: F821
+
+
+class _Launcher:
+    """Something that launches like a Triton kernel and then does ``action``."""
+
+    def __init__(self, action):
+        self.action = action
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.action()
+
+        return launch
+
+
+def _segfault():
+    ctypes.string_at(0)
+
+
+def _hang_with_grandchild():
+    # a grandchild that would outlive a careless sandbox; its pid goes where the test looks
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["KCERT_TEST_PIDFILE"], "w") as f:
+        f.write(str(child.pid))
+    while True:
+        time.sleep(0.05)
+
+
+def _exhaust_memory():
+    raise MemoryError("could not allocate the kernel's workspace")
+
+
+def _print_then_exit():
+    sys.stdout.write("the kernel says goodbye\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+segfault = _Launcher(_segfault)
+abort = _Launcher(os.abort)
+hang_with_grandchild = _Launcher(_hang_with_grandchild)
+out_of_memory = _Launcher(_exhaust_memory)
+exits = _Launcher(_print_then_exit)

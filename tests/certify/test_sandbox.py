@@ -1,0 +1,233 @@
+"""The sandbox contains crashes, hangs and exceptions, and returns the padded arrays intact.
+
+These run the Triton interpreter in a real child process: no GPU is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kcert.certify.execution import PaddedBuffer, RunJob, RunStatus
+from kcert.certify.executors.base import effective_shift
+from kcert.certify.sandbox import NoDeviceError, Sandbox, gpu_visible
+from kcert.certify.spec import KernelSpec, load_spec
+from kcert.errors import KcertError, UsageError
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+GUARD = 64
+POISON = np.float32(-1234.5)
+
+
+def kernel(name: str) -> KernelSpec:
+    return load_spec(ASSETS / "sandbox" / "kcert.toml").kernel(name)
+
+
+def job(spec: KernelSpec, n: int, *, shift: int = 0, dtype: type = np.float32) -> RunJob:
+    """x = 0, 1, 2, ... and out poisoned, each inside GUARD elements of poison."""
+    buffers = []
+    for buf in spec.buffers:
+        padded = np.full(n + 2 * GUARD, POISON, dtype=dtype)
+        if buf.name == "x":
+            padded[GUARD : GUARD + n] = np.arange(n).astype(dtype)
+        buffers.append(PaddedBuffer(buf.name, buf.dtype, (n,), GUARD, padded))
+    return RunJob(spec.bind({"n": n}), tuple(buffers), address_shift=shift)
+
+
+def gone(pid: int, within_s: float = 5.0) -> bool:
+    """True when no process (not even a zombie) has this pid any more."""
+    stop = time.monotonic() + within_s
+    while time.monotonic() < stop:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z" and os.getppid() != pid:
+            time.sleep(0.05)  # a zombie of someone else's: wait for its reaper
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(scope="module")
+def copier() -> Sandbox:
+    with Sandbox(kernel("copy"), "triton-interpreter") as sandbox:
+        yield sandbox
+
+
+def test_a_correct_kernel_writes_the_data_region_and_leaves_the_guards(copier: Sandbox) -> None:
+    n = 100
+    run = job(copier.kernel, n)
+    before = {b.name: b.padded.copy() for b in run.buffers}
+    outcome = copier.run(run)
+    assert outcome.ok, outcome.message
+    out = outcome.buffers["out"]
+    assert out.dtype == np.float32 and out.shape == (n + 2 * GUARD,)
+    np.testing.assert_array_equal(out[GUARD : GUARD + n], np.arange(n, dtype=np.float32))
+    assert (out[:GUARD] == POISON).all() and (out[GUARD + n :] == POISON).all()
+    np.testing.assert_array_equal(outcome.buffers["x"], before["x"])
+    # the job's own arrays are the certifier's pristine copies: never written
+    for b in run.buffers:
+        np.testing.assert_array_equal(b.padded, before[b.name])
+    assert outcome.elapsed_s > 0
+
+
+@pytest.mark.parametrize("shift", [0, 16, 48, 100, 4096])
+def test_address_shifts_keep_results_and_alignment(copier: Sandbox, shift: int) -> None:
+    outcome = copier.run(job(copier.kernel, 33, shift=shift))
+    assert outcome.ok, outcome.message
+    np.testing.assert_array_equal(outcome.buffers["out"][GUARD : GUARD + 33], np.arange(33))
+    assert effective_shift(shift) % 16 == 0 and 0 <= shift - effective_shift(shift) < 16
+
+
+def test_large_buffers_cross_the_pipe_as_bytes(copier: Sandbox) -> None:
+    n = 1 << 20
+    outcome = copier.run(job(copier.kernel, n))
+    assert outcome.ok, outcome.message
+    np.testing.assert_array_equal(outcome.buffers["out"][GUARD : GUARD + n],
+                                  np.arange(n, dtype=np.float32))  # fmt: skip
+
+
+def test_bf16_buffers_round_trip() -> None:
+    with Sandbox(kernel("copy_bf16"), "triton-interpreter") as sandbox:
+        outcome = sandbox.run(job(sandbox.kernel, 100, dtype=ml_dtypes.bfloat16))
+    assert outcome.ok, outcome.message
+    out = outcome.buffers["out"]
+    assert out.dtype == np.dtype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(out[GUARD : GUARD + 100].astype(np.float32), np.arange(100))
+    assert (out[:GUARD] == POISON.astype(ml_dtypes.bfloat16)).all()
+
+
+def test_writes_past_both_ends_land_in_the_guard_bands() -> None:
+    n = 100  # BLOCK is 32: the last block stores 28 elements past the end
+    with Sandbox(kernel("overrun"), "triton-interpreter") as sandbox:
+        outcome = sandbox.run(job(sandbox.kernel, n))
+    assert outcome.ok, outcome.message
+    out = outcome.buffers["out"]
+    np.testing.assert_array_equal(out[GUARD + n : GUARD + 128], np.full(28, 7.0))
+    assert (out[GUARD + 128 :] == POISON).all()
+    assert out[GUARD - 1] == -3.0 and (out[: GUARD - 1] == POISON).all()
+
+
+def test_a_segfault_is_a_crash_and_the_next_job_gets_a_fresh_worker() -> None:
+    with Sandbox(kernel("segfault"), "triton-interpreter") as sandbox:
+        first = sandbox.run(job(sandbox.kernel, 8))
+        pid_after = sandbox.pid
+        second = sandbox.run(job(sandbox.kernel, 8))
+        starts = sandbox.starts
+    assert first.status is RunStatus.CRASH and "SIGSEGV" in first.message
+    assert "Segmentation fault" in first.message  # faulthandler's report, from the child's stderr
+    assert pid_after is None and second.status is RunStatus.CRASH and starts == 2
+
+
+def test_an_abort_is_a_crash() -> None:
+    with Sandbox(kernel("abort"), "triton-interpreter") as sandbox:
+        outcome = sandbox.run(job(sandbox.kernel, 8))
+    assert outcome.status is RunStatus.CRASH and "SIGABRT" in outcome.message
+
+
+def test_a_worker_that_exits_is_a_crash_with_its_output() -> None:
+    with Sandbox(kernel("exits"), "triton-interpreter") as sandbox:
+        outcome = sandbox.run(job(sandbox.kernel, 8))
+    assert outcome.status is RunStatus.CRASH
+    assert "exited with status 0" in outcome.message and "goodbye" in outcome.message
+
+
+def test_an_infinite_loop_times_out_at_the_deadline_and_the_worker_restarts() -> None:
+    with Sandbox(kernel("spin"), "triton-interpreter", deadline_s=1.5) as sandbox:
+        started = time.monotonic()
+        first = sandbox.run(job(sandbox.kernel, 4))
+        waited = time.monotonic() - started
+        assert sandbox.pid is None
+        second = sandbox.run(job(sandbox.kernel, 4))
+        assert sandbox.starts == 2
+    assert first.status is RunStatus.TIMEOUT and "1.5 s" in first.message
+    assert second.status is RunStatus.TIMEOUT
+    # the deadline counts from the job, not from the worker's start (imports take longer)
+    assert 1.5 <= waited < 1.5 + 60
+
+
+def test_a_timeout_kills_the_workers_children_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    monkeypatch.setenv("KCERT_TEST_PIDFILE", str(pidfile))
+    with Sandbox(kernel("hang_with_grandchild"), "triton-interpreter", deadline_s=3) as sandbox:
+        outcome = sandbox.run(job(sandbox.kernel, 4))
+    assert outcome.status is RunStatus.TIMEOUT
+    grandchild = int(pidfile.read_text())
+    assert gone(grandchild), f"process {grandchild} outlived the sandbox"
+
+
+def test_an_exception_in_the_kernel_is_a_launch_error_and_the_worker_lives_on() -> None:
+    with Sandbox(kernel("undefined_name"), "triton-interpreter") as sandbox:
+        first = sandbox.run(job(sandbox.kernel, 8))
+        pid = sandbox.pid
+        second = sandbox.run(job(sandbox.kernel, 8))
+        assert sandbox.pid == pid is not None and sandbox.starts == 1
+    assert first.status is RunStatus.LAUNCH_ERROR and "no_such_value" in first.message
+    assert second.status is RunStatus.LAUNCH_ERROR
+
+
+def test_a_module_that_fails_to_import_fails_every_run_without_restarting() -> None:
+    with Sandbox(kernel("broken_import"), "triton-interpreter") as sandbox:
+        outcomes = [sandbox.run(job(sandbox.kernel, 8)) for _ in range(3)]
+        assert sandbox.starts == 1 and sandbox.pid is None
+    for outcome in outcomes:
+        assert outcome.status is RunStatus.LAUNCH_ERROR
+        assert "failed to load" in outcome.message and "broken on purpose" in outcome.message
+
+
+def test_memory_exhaustion_is_out_of_memory() -> None:
+    with Sandbox(kernel("out_of_memory"), "triton-interpreter") as sandbox:
+        outcome = sandbox.run(job(sandbox.kernel, 8))
+    assert outcome.status is RunStatus.OOM
+    assert "workspace" in outcome.message
+
+
+def test_close_leaves_no_process_behind() -> None:
+    sandbox = Sandbox(kernel("copy"), "triton-interpreter")
+    assert sandbox.run(job(sandbox.kernel, 8)).ok
+    pid = sandbox.pid
+    assert pid is not None
+    sandbox.close()
+    assert gone(pid) and sandbox.pid is None
+
+
+def test_a_kernel_crash_leaves_other_sandboxes_untouched(copier: Sandbox) -> None:
+    with Sandbox(kernel("segfault"), "triton-interpreter") as bad:
+        assert bad.run(job(bad.kernel, 8)).status is RunStatus.CRASH
+    outcome = copier.run(job(copier.kernel, 50))
+    assert outcome.ok and (outcome.buffers["out"][GUARD : GUARD + 50] == np.arange(50)).all()
+
+
+def test_job_buffers_must_match_the_kernel(copier: Sandbox) -> None:
+    run = job(copier.kernel, 8)
+    with pytest.raises(ValueError, match="do not match"):
+        copier.run(RunJob(run.launch, run.buffers[:1]))
+
+
+def test_executor_must_fit_the_kernels_language() -> None:
+    with pytest.raises(UsageError, match="runs CUDA C kernels"):
+        Sandbox(kernel("copy"), "cuda")
+    with pytest.raises(UsageError, match="unknown executor"):
+        Sandbox(kernel("copy"), "opencl")
+
+
+@pytest.mark.skipif(gpu_visible()[0], reason="checks the message on a machine without a GPU")
+def test_a_gpu_executor_without_a_gpu_says_lint_still_works() -> None:
+    with pytest.raises(NoDeviceError) as caught:
+        Sandbox(kernel("copy"), "triton")
+    assert isinstance(caught.value, KcertError)
+    assert "kcert lint" in caught.value.diagnostics()
+    assert "triton-interpreter" in caught.value.diagnostics()
+
+
+def test_timing_is_refused_on_the_interpreter(copier: Sandbox) -> None:
+    with pytest.raises(KcertError, match="needs a GPU"):
+        copier.time(job(copier.kernel, 8))
