@@ -13,6 +13,7 @@ Triton sources (``.py``) are compiled by :mod:`kcert.certify.triton_build`.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -256,6 +257,15 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
+@cache
+def _nvrtc_release() -> str:
+    """The NVRTC wheel's full release: patch releases share ``major.minor`` but may differ."""
+    try:
+        return importlib.metadata.version("nvidia-cuda-nvrtc")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def compile_options(kernel: KernelSpec, arch: str) -> tuple[str, ...]:
     """The full NVRTC option list: the architecture, the ptxas report, then the spec's."""
     for option in kernel.build_options:
@@ -283,6 +293,7 @@ def build_cuda(kernel: KernelSpec, *, arch: str, use_cache: bool = True) -> Buil
             "format": _CACHE_FORMAT,
             "language": "cuda",
             "compiler": compiler,
+            "release": _nvrtc_release(),
             "arch": arch,
             "options": list(options),
             "name": kernel.source.name,

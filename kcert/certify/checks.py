@@ -247,7 +247,8 @@ def ulp(dtype: str, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     info = ml_dtypes.finfo(host_dtype(dtype))
     with np.errstate(all="ignore"):
         _, exponent = np.frexp(np.abs(values))
-    exponent = np.maximum(exponent - 1, int(info.minexp))
+    # frexp(0) gives exponent 0; zero's spacing is that of the subnormals
+    exponent = np.where(values == 0, int(info.minexp), np.maximum(exponent - 1, int(info.minexp)))
     return np.ldexp(1.0, exponent - int(info.nmant))
 
 

@@ -226,7 +226,7 @@ def _summary(builds: tuple[Build, ...]) -> str:
             continue
         parts.append(
             f"{r.registers} registers, {r.spill_stores + r.spill_loads} bytes spilled, "
-            f"{r.local_bytes} bytes local, {r.shared_bytes} bytes static shared"
+            f"{r.local_bytes} bytes local, {r.shared_bytes} bytes shared"
         )
     return "within limits: " + "; ".join(dict.fromkeys(parts))
 

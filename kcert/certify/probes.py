@@ -76,15 +76,19 @@ def probe_id(kernel: KernelSpec, dims: Mapping[str, int]) -> str:
     return ",".join(f"{name}={dims[name]}" for name in kernel.dims)
 
 
+#: Seeds are below 2**53 so that canonical JSON (RFC 8785) carries them exactly.
+SEED_BITS = 53
+
+
 def derive_seed(*parts: object) -> int:
-    """A 63-bit seed (fits a signed JSON integer) from any textual parts."""
+    """A seed from any textual parts (a hash, so it cannot be steered)."""
     text = "\0".join(str(p) for p in ("kcert-seed-v1", *parts))
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> (64 - SEED_BITS)
 
 
 def draw_seed() -> int:
     """A seed nobody could have tuned a kernel to: drawn now, recorded in the report."""
-    return secrets.randbits(63)
+    return secrets.randbits(SEED_BITS)
 
 
 def make_probe(kernel: KernelSpec, dims: Mapping[str, int], *, kind: str = "fixed",

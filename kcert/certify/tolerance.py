@@ -22,6 +22,9 @@ reference itself. For every element ``i`` of a floating-point output::
   analysis (Higham & Mary, 2019) puts the error of a length-L accumulation at
   about ``√L·u`` times the size of its partial sums, whatever the order of
   summation; the worst case ``L·u`` needs adversarially correlated rounding.
+  When the reference is not homogeneous (below) it may reduce internally
+  along an axis the output keeps (softmax, layernorm), so ``L`` is then at
+  least the longest axis of any input.
 * ``S[i]`` measures the size of the terms that cancel into ``ref[i]``:
   - when the reference is positively homogeneous (``f(2x) = 2^d f(x)`` for
     its float inputs, ``d >= 1``: sums, dot products, matmuls, convolutions,
@@ -148,6 +151,8 @@ def allowances(
             if perturbed is None:
                 perturbed = _perturbation_response(kernel, reference, wide, expected)
             spread, method = perturbed[out.name], "perturbation"
+            # a nonlinear reference may reduce along any input axis inside (softmax, layernorm)
+            length = max(length, _longest_axis(inputs))
         u_out = UNIT_ROUNDOFF[out.dtype]
         rtol = 2 * u_out + FLOOR_FACTOR * u_c
         atol = tiny(out.dtype)
@@ -228,6 +233,10 @@ def _perturbation_response(
     # linear response: the change at size u_c is (u_c / PERTURBATION) times this one,
     # and the caller multiplies by u_c, so the spread is the change per unit perturbation
     return {name: np.sqrt(t / PERTURBATION_DRAWS) / PERTURBATION for name, t in total.items()}
+
+
+def _longest_axis(inputs: Mapping[str, np.ndarray[Any, Any]]) -> int:
+    return max((max(np.shape(v), default=1) for v in inputs.values()), default=1)
 
 
 def _is_float(kernel: KernelSpec, name: str) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from kcert.attest.certificate import (
@@ -92,17 +93,18 @@ def verify_command(
     except VerificationError as exc:
         if as_json:
             emit_json({"valid": False, "certificate": str(cert), "reason": exc.diagnostics()})
-        err_console.print(f"[bold red]invalid:[/] {exc.diagnostics()}", soft_wrap=True)
+        err_console.print(f"[bold red]invalid:[/] {escape(exc.diagnostics())}", soft_wrap=True)
         raise typer.Exit(EXIT_FAIL) from None
     failed = verified.verdict is Verdict.FAIL
     if as_json:
         emit_json({"valid": True, "certificate": str(cert), **_summary(verified)})
     else:
         out_console.print(f"[green]valid[/] certificate {verified.id}", soft_wrap=True)
+        # Names come from the certificate: escape them so they cannot restyle the terminal.
         out_console.print(
-            f"kernel {verified.kernel_name} ({verified.source_digest}), verdict "
-            f"{'[bold red]fail[/]' if failed else '[green]pass[/]'}, hardware {verified.hw_class} "
-            f"({verified.executor}), signed by {verified.keyid}",
+            f"kernel {escape(verified.kernel_name)} ({verified.source_digest}), verdict "
+            f"{'[bold red]fail[/]' if failed else '[green]pass[/]'}, hardware "
+            f"{escape(verified.hw_class)} ({verified.executor}), signed by {verified.keyid}",
             soft_wrap=True,
         )
     if failed:
@@ -157,7 +159,7 @@ def diff_command(
         # As with verify: a readable certificate that is not valid exits 1.
         if as_json:
             emit_json({"valid": False, "reason": exc.diagnostics()})
-        err_console.print(f"[bold red]invalid:[/] {exc.diagnostics()}", soft_wrap=True)
+        err_console.print(f"[bold red]invalid:[/] {escape(exc.diagnostics())}", soft_wrap=True)
         raise typer.Exit(EXIT_FAIL) from None
     result = diff_certificates(a, b, Thresholds(error_growth=error_growth, slowdown=slowdown))
     if as_json:
@@ -191,12 +193,12 @@ def _show_diff(d: CertificateDiff, *, signatures_checked: bool) -> None:
     if rows:
         table = _table("changes", "field", "A", "B")
         for label, a, b in rows:
-            table.add_row(label, _text(a), _text(b))
+            table.add_row(escape(label), _text(a), _text(b))
         out_console.print(table)
     if d.errors:
         table = _table("max error per probe", "probe", "output", "metric", "A", "B", "delta")
         for e in d.errors:
-            table.add_row(e.probe, e.output, e.metric, f"{e.a:.4g}", f"{e.b:.4g}",
+            table.add_row(escape(e.probe), escape(e.output), e.metric, f"{e.a:.4g}", f"{e.b:.4g}",
                           "-" if e.delta is None else f"{e.delta:+.3g}")  # fmt: skip
         out_console.print(table)
     for side, ids in (("A", d.probes_only_in_a), ("B", d.probes_only_in_b)):
@@ -230,11 +232,12 @@ def _table(title: str, *columns: str) -> Table:
 
 
 def _text(value: Any) -> str:
+    """A table cell; values come from certificates, so markup in them is escaped."""
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return escape(str(value))
 
 
 def register(app: typer.Typer) -> None:

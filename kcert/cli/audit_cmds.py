@@ -17,14 +17,27 @@ Exit codes: 0 all holds, 1 something differs (the first bad index is named),
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
 from kcert.cli.output import emit_json, err_console, out_console
 from kcert.errors import UsageError
+from kcert.log.errors import LogError, LogRangeError
+from kcert.log.leaf import Leaf, LeafError, parse_leaf
+from kcert.log.merkle import leaf_hash
 from kcert.log.monitor import AuditResult, AuditState, audit_log, state_dir_name
-from kcert.log.note import Verifier
+from kcert.log.note import Verifier, open_checkpoint
+from kcert.log.proofs import verify_inclusion
+from kcert.log.replay import (
+    AnchorDifference,
+    DecisionReplay,
+    EnvelopeFetcher,
+    ReplayError,
+    check_candidates,
+    compare_anchors,
+    replay_decision,
+)
 from kcert.log.source import HttpLogSource, LogSource
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -37,7 +50,9 @@ audit_app = typer.Typer(
 
 RegistryOpt = Annotated[
     str | None,
-    typer.Option("--registry", help="Registry URL (default: KCERT_REGISTRY, else the embedded one)."),
+    typer.Option(
+        "--registry", help="Registry URL (default: KCERT_REGISTRY, else the embedded one)."
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 
@@ -120,7 +135,9 @@ def verify(
     ] = None,
     trust_on_first_use: Annotated[
         bool,
-        typer.Option("--trust-on-first-use", help="Pin the key the log serves when none is pinned."),
+        typer.Option(
+            "--trust-on-first-use", help="Pin the key the log serves when none is pinned."
+        ),
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -167,7 +184,175 @@ def _show_verify(result: AuditResult, verifier: Verifier, json_out: bool, pin: s
         out_console.print(f"  - {finding.message}", soft_wrap=True, markup=False)
 
 
+def _authenticate(state: AuditState, source: LogSource, leaf: bytes, index: int) -> bool | None:
+    """Is entry ``index`` in the tree the pinned key signed? ``None`` when no key is pinned."""
+    verifier = state.pinned()
+    if verifier is None:
+        return None
+    try:
+        cp = open_checkpoint(source.checkpoint(), verifier)
+        proof = source.inclusion_proof(index, cp.size)
+        verify_inclusion(index, cp.size, leaf_hash(leaf), proof, cp.root)
+    except LogError:
+        return False
+    return True
+
+
+def _fetcher(source: LogSource) -> EnvelopeFetcher:
+    if isinstance(source, HttpLogSource):
+        from kcert.registry.config import Settings
+
+        token = Settings().token
+        secret = token.get_secret_value() if token else None
+        return lambda cid: source.certificate_envelope(cid, secret)
+    fetch = getattr(source, "certificate_envelope", None)
+    if fetch is None:
+        return lambda cid: None
+    return cast(EnvelopeFetcher, fetch)
+
+
+def replay(
+    index: Annotated[int, typer.Argument(help="The log entry to replay.", min=0)],
+    registry: RegistryOpt = None,
+    rerun: Annotated[
+        bool,
+        typer.Option("--rerun", help="Also re-certify the kernel on the recorded probes."),
+    ] = False,
+    spec: Annotated[
+        Path | None,
+        typer.Option("--spec", help="With --rerun: the kernel's kcert.toml or source file."),
+    ] = None,
+    kernel: Annotated[
+        str | None, typer.Option("--kernel", help="With --rerun: the [[kernel]] name.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Re-decide log entry N from the inputs it recorded, and show whether the same
+    decision comes out (exit 0 same, 1 different)."""
+    source, home = open_source(registry)
+    try:
+        ((served, data),) = source.entries(index, index + 1)
+    except (LogRangeError, ValueError) as exc:
+        raise UsageError(f"the log has no entry {index}") from exc
+    try:
+        leaf = parse_leaf(index, data) if served == index else None
+    except LeafError as exc:
+        raise ReplayError(f"entry {index} cannot be replayed: {exc}") from exc
+    if leaf is None:
+        raise ReplayError(f"the log served entry {served} when asked for entry {index}")
+    state = AuditState(home / "audit" / state_dir_name(source.label))
+    included = _authenticate(state, source, data, index)
+    decision = replay_decision(leaf)
+    fetch = _fetcher(source)
+    objects = check_candidates(leaf, fetch)
+    anchors = _rerun(leaf, decision, fetch, spec, kernel) if rerun else None
+    same = (
+        decision.same
+        and included is not False
+        and all(o.status != "differs" for o in objects)
+        and not anchors
+    )
+    result: dict[str, Any] = {
+        "index": index,
+        "kind": leaf.kind,
+        "same": same,
+        "included": included,
+        "recorded": dict(decision.recorded),
+        "replayed": dict(decision.replayed),
+        "differences": list(decision.differences),
+        "objects": [o.to_json() for o in objects],
+        "rerun": None if anchors is None else [a.to_json() for a in anchors],
+    }
+    if json_out:
+        emit_json(result)
+    else:
+        _show_replay(result)
+    raise typer.Exit(EXIT_OK if same else EXIT_FAIL)
+
+
+def _rerun(
+    leaf: Leaf, decision: DecisionReplay, fetch: EnvelopeFetcher, spec: Path | None,
+    kernel_name: str | None,
+) -> list[AnchorDifference]:  # fmt: skip
+    """Certify the kernel again on the recorded probes; every anchor that moved."""
+    from kcert.attest.certificate import inspect_envelope, parse_envelope
+    from kcert.certify.environment import gpu_status
+    from kcert.certify.pipeline import CertifyOptions, certify
+    from kcert.certify.spec import resolve_kernel
+    from kcert.digest import Digest, canonical_json
+
+    recorded = decision.recorded.get("certificate")
+    candidates = leaf.payload.get("inputs", {}).get("candidates", [])
+    cid = recorded or (candidates[0]["id"] if candidates else None)
+    if not cid:
+        raise UsageError(f"entry {leaf.index} names no certificate to re-run")
+    envelope = fetch(str(cid))
+    if envelope is None:
+        raise UsageError(f"the registry did not serve certificate {cid} (set KCERT_TOKEN?)")
+    contents = inspect_envelope(parse_envelope(canonical_json(dict(envelope))))
+    if contents.executor != "triton-interpreter":
+        has_gpu, why = gpu_status()
+        if not has_gpu:
+            raise UsageError(
+                f"--rerun needs a GPU: certificate {cid} ran on {contents.hw_class} "
+                f"({contents.executor}), and {why}"
+            )
+    if spec is None:
+        raise UsageError("--rerun needs --spec PATH: the kernel's kcert.toml or source file")
+    kernel = resolve_kernel(spec, kernel_name)
+    if Digest.of_file(kernel.source) != contents.source_digest:
+        raise UsageError(
+            f"{kernel.source} is not the certified source (certificate {cid} names "
+            f"{contents.source_digest})"
+        )
+    probes = contents.predicate["probes"]
+    err_console.print(f"re-certifying {kernel.name} on the recorded probes", soft_wrap=True)
+    report = certify(
+        kernel,
+        CertifyOptions(
+            executor=contents.executor,
+            hw=None if contents.hw_class == "cpu" else contents.hw_class,
+            fresh_seed=int(probes["fresh_seed"]),
+            minimize=False,
+            timing=False,
+        ),  # fmt: skip
+        progress=lambda text: err_console.print(text, soft_wrap=True, markup=False),
+    )
+    return compare_anchors(probes["items"], [p.to_json() for p in report.probes])
+
+
+def _show_replay(result: dict[str, Any]) -> None:
+    verdict = "SAME decision" if result["same"] else "DIFFERENT"
+    out_console.print(f"entry {result['index']} ({result['kind']}): {verdict}", markup=False)
+    allow = result["replayed"].get("allow")
+    out_console.print(
+        f"  replayed: {'allow' if allow else 'deny'}, certificate "
+        f"{result['replayed'].get('certificate')}",
+        markup=False,
+    )
+    if result["included"] is None:
+        out_console.print("  not authenticated: no log key is pinned (run kcert audit verify)")
+    elif result["included"] is False:
+        out_console.print("  NOT in the tree signed by the pinned log key")
+    for line in result["differences"]:
+        out_console.print(f"  - {line}", markup=False, soft_wrap=True)
+    for obj in result["objects"]:
+        notes = "; ".join(obj["notes"])
+        out_console.print(
+            f"  certificate {obj['certificate']}: {obj['status']}"
+            + (f" ({notes})" if notes else ""),
+            markup=False,
+            soft_wrap=True,
+        )
+    for diff in result["rerun"] or []:
+        out_console.print(
+            f"  probe {diff['probe']} {diff['role']} {diff['name']}: {diff['cause']}",
+            markup=False, soft_wrap=True,
+        )  # fmt: skip
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to app."""
     audit_app.command("verify")(verify)
+    audit_app.command("replay")(replay)
     app.add_typer(audit_app)

@@ -13,7 +13,7 @@ from kcert.certify.build import DEFAULT_HW, arch_for_hw, check_arch
 from kcert.certify.lint import LintReport, lint
 from kcert.certify.report import Status
 from kcert.certify.scaffold import scaffold
-from kcert.certify.spec import KernelSpec, find_spec, load_spec
+from kcert.certify.spec import SPEC_NAME, KernelSpec, find_spec, load_spec
 from kcert.cli.app import EXIT_FAIL, EXIT_OK
 from kcert.cli.output import emit_json, err_console, out_console
 from kcert.errors import UsageError
@@ -25,6 +25,10 @@ def _kernels(path: Path, name: str | None) -> list[KernelSpec]:
     """Every kernel a spec file holds, or the ones built from one source file."""
     if not path.exists():
         raise UsageError(f"{path} does not exist")
+    if path.is_dir():
+        path = path / SPEC_NAME
+        if not path.is_file():
+            raise UsageError(f"{path.parent} has no {SPEC_NAME}; name a spec or a kernel source")
     if path.suffix == ".toml":
         spec = load_spec(path)
         return [spec.kernel(name)] if name else list(spec.kernels)
@@ -87,7 +91,9 @@ def _show(reports: list[LintReport]) -> None:
 
 
 def lint_command(
-    path: Annotated[Path, typer.Argument(help="A kcert.toml, or a kernel source beside one.")],
+    path: Annotated[
+        Path, typer.Argument(help="A kcert.toml (or its folder), or a kernel source beside one.")
+    ],
     kernel: Annotated[str | None, typer.Option("--kernel", help="Lint only this kernel.")] = None,
     arch: Annotated[str | None, typer.Option("--arch", help="Target, e.g. sm_90.")] = None,
     hw: Annotated[str, typer.Option("--hw", help="Hardware class; picks the arch.")] = DEFAULT_HW,
@@ -121,7 +127,7 @@ def init_command(
         str | None, typer.Option("--entry", help="The kernel function, when there are several.")
     ] = None,
 ) -> None:
-    """Scaffold a [[kernel]] in the kcert.toml beside SOURCE from the kernel's signature."""
+    """Add a kernel table, guessed from its signature, to the kcert.toml beside SOURCE."""
     result = scaffold(source, entry=entry)
     verb = "created" if result.created_spec else "appended to"
     err_console.print(f"{verb} {result.spec_path}: [[kernel]] '{result.name}'", markup=False)

@@ -1,9 +1,124 @@
-"""Commands of this group (filled in by the issue that owns them)."""
+"""``kcert certify``: run the whole check catalogue and, with ``--key``, sign the result."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kcert.certify.execution import EXECUTORS
+from kcert.certify.pipeline import DEFAULT_DEADLINE_S, CertifyOptions, certify
+from kcert.certify.report import CertificationReport, Status, Verdict
+from kcert.certify.spec import resolve_kernel
+from kcert.cli.app import EXIT_FAIL, EXIT_OK
+from kcert.cli.output import emit_json, err_console, out_console
+from kcert.errors import UsageError
+
+_MESSAGE_WIDTH = 110
+_STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
+
+
+def certify_command(
+    path: Annotated[Path, typer.Argument(help="A kcert.toml, or a kernel source beside one.")],
+    kernel: Annotated[str | None, typer.Option("--kernel", help="Which [[kernel]].")] = None,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="auto, cuda, triton or triton-interpreter (the CPU).")] = "auto",
+    hw: Annotated[str | None, typer.Option(
+        "--hw", help="Hardware class to certify for; must match the device (cpu: interpreter).",
+    )] = None,
+    key: Annotated[Path | None, typer.Option(
+        "--key", help="Ed25519 private key: sign the report into a certificate.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Where to write the certificate (default: KERNEL.cert.json).")] = None,
+    max_probes: Annotated[int | None, typer.Option(
+        "--max-probes", min=1, help="Cap the fixed probe set (default: the spec's).")] = None,
+    deadline: Annotated[float, typer.Option(
+        "--deadline", min=0.1, help="Seconds one launch may take before it counts as a hang.",
+    )] = DEFAULT_DEADLINE_S,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:  # fmt: skip
+    """Certify a kernel: probes, sandboxed runs, every check; sign with --key."""
+    if executor != "auto" and executor not in EXECUTORS:
+        raise UsageError(f"unknown executor '{executor}'; pick one of auto, {', '.join(EXECUTORS)}")
+    if out is not None and key is None:
+        raise UsageError("--out writes a signed certificate: give the signing key with --key")
+    spec = resolve_kernel(path, kernel)
+    signing_key = _load_key(key) if key is not None else None
+    options = CertifyOptions(executor=executor, hw=hw, max_probes=max_probes, deadline_s=deadline)
+    with err_console.status(f"certifying {spec.name}", spinner="dots") as status:
+        report = certify(spec, options, progress=lambda text: status.update(
+            f"certifying {escape(spec.name)}: {escape(text)}"))  # fmt: skip
+    certificate: str | None = None
+    certificate_id: str | None = None
+    if signing_key is not None:
+        certificate, certificate_id = _sign(report, signing_key, out or Path(f"{spec.name}.cert.json"))
+    if as_json:
+        emit_json(_summary(report, certificate, certificate_id))
+    else:
+        _show(report, certificate, certificate_id)
+    raise typer.Exit(EXIT_OK if report.verdict is Verdict.PASS else EXIT_FAIL)
+
+
+def _load_key(path: Path) -> Any:
+    try:
+        from kcert.attest.keys import load_private_key
+    except ImportError as exc:  # pragma: no cover - the attest package ships with kcert
+        raise UsageError(f"signing is not available: {exc}") from exc
+    return load_private_key(path)
+
+
+def _sign(report: CertificationReport, key: Any, path: Path) -> tuple[str, str]:
+    from kcert.attest.certificate import certificate_id, sign_report, write_certificate
+
+    envelope = sign_report(report, key)
+    write_certificate(path, envelope)
+    return str(path), str(certificate_id(envelope))
+
+
+def _summary(report: CertificationReport, certificate: str | None,
+             certificate_id: str | None) -> dict[str, Any]:  # fmt: skip
+    return {
+        "kernel": report.kernel.name,
+        "verdict": str(report.verdict),
+        "executor": report.executor,
+        "hw_class": report.hw_class,
+        "fingerprint": report.fingerprint,
+        "fresh_seed": report.fresh_seed,
+        "probes": len(report.probes),
+        "checks": [{"name": c.name, "status": str(c.status), "probe": c.probe,
+                    "message": c.message, "required": c.required} for c in report.checks],
+        "minimized": {name: dict(dims) for name, dims in report.minimized.items()},
+        "certificate": certificate,
+        "certificate_id": certificate_id,
+    }  # fmt: skip
+
+
+def _show(report: CertificationReport, certificate: str | None, certificate_id: str | None) -> None:
+    title = (f"kcert certify {report.kernel.name} ({report.executor}, hw {report.hw_class}, "
+             f"{len(report.probes)} probes, fresh seed {report.fresh_seed})")  # fmt: skip
+    table = Table(title=title, title_justify="left")
+    for column in ("check", "status", "probe", "message"):
+        table.add_column(column, overflow="fold")
+    for check in report.checks:
+        message = check.message if len(check.message) <= _MESSAGE_WIDTH else (
+            check.message[: _MESSAGE_WIDTH - 3] + "...")  # fmt: skip
+        style = _STYLE[check.status]
+        table.add_row(check.name, f"[{style}]{check.status}[/]", escape(check.probe or "-"),
+                      escape(message))  # fmt: skip
+    out_console.print(table)
+    for name, dims in report.minimized.items():
+        shape = ", ".join(f"{k}={v}" for k, v in dims.items())
+        out_console.print(f"smallest failing shape for {name}: {shape}", markup=False)
+    verdict = report.verdict
+    style = "green" if verdict is Verdict.PASS else "bold red"
+    out_console.print(f"verdict: [{style}]{verdict}[/]")
+    if certificate is not None:
+        out_console.print(f"certificate: {escape(certificate)} ({certificate_id})")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to app."""
+    """Add ``certify`` to app."""
+    app.command("certify")(certify_command)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -47,8 +49,13 @@ target_app = typer.Typer(name="target", help="Targets (fleets) and their environ
 token_app = typer.Typer(name="token", help="API tokens of a registry.", no_args_is_help=True)
 
 
-def _registry(url: str | None) -> Registry:
-    return open_registry(Settings(), url)
+@contextmanager
+def _registry(url: str | None) -> Iterator[Registry]:
+    registry = open_registry(Settings(), url)
+    try:
+        yield registry
+    finally:
+        registry.close()
 
 
 def _dump(model: BaseModel) -> dict[str, Any]:
@@ -89,9 +96,9 @@ def push_command(
 ) -> None:
     """Store a certificate in the registry (it must verify against a trusted key)."""
     envelope = load_envelope(cert)
-    reg = _registry(registry)
     try:
-        stored = reg.push(envelope)
+        with _registry(registry) as reg:
+            stored = reg.push(envelope)
     except CertificateRejected as exc:
         _fail(exc.diagnostics(), as_json=as_json, kind=exc.kind)
     if as_json:
@@ -108,7 +115,8 @@ def gate_command(
     as_json: JsonOption = False,
 ) -> None:
     """May this kernel run on this target now? Exit 0 allow, 1 deny."""
-    decision = _registry(registry).gate(_kernel(kernel), target)
+    with _registry(registry) as reg:
+        decision = reg.gate(_kernel(kernel), target)
     if as_json:
         emit_json(_dump(decision))
     else:
@@ -126,9 +134,9 @@ def promote_command(
     as_json: JsonOption = False,
 ) -> None:
     """Promote a kernel to a target. Exit 0 granted, 1 denied (with every reason)."""
-    reg = _registry(registry)
     try:
-        promotion = reg.promote(_kernel(kernel), target)
+        with _registry(registry) as reg:
+            promotion = reg.promote(_kernel(kernel), target)
     except PromotionDenied as exc:
         if as_json:
             emit_json({"granted": False, "kernel": kernel, "target": target,
@@ -171,7 +179,8 @@ def target_report_command(
         report = TargetCreate(hw_class=hw, environment=fields, drift_fields=names or None)
     except ValidationError as exc:
         raise UsageError(f"cannot report target {name!r}: {_first_error(exc)}") from exc
-    reported = _registry(registry).report_target(name, report)
+    with _registry(registry) as reg:
+        reported = reg.report_target(name, report)
     if as_json:
         emit_json(_dump(reported))
         return
@@ -191,7 +200,8 @@ def revoke_command(
     as_json: JsonOption = False,
 ) -> None:
     """Revoke a certificate; promotions that rested on it alone are suspended."""
-    cert = _registry(registry).revoke_certificate(cert_id, reason)
+    with _registry(registry) as reg:
+        cert = reg.revoke_certificate(cert_id, reason)
     if as_json:
         emit_json(_dump(cert))
         return
@@ -215,7 +225,8 @@ def keys_trust_command(
         request = TrustedKeyCreate(name=name, public_key=hex_key)
     except ValidationError as exc:
         raise UsageError(f"cannot trust this key: {_first_error(exc)}") from exc
-    key = _registry(registry).trust_key(request)
+    with _registry(registry) as reg:
+        key = reg.trust_key(request)
     if as_json:
         emit_json(_dump(key))
         return
@@ -230,7 +241,8 @@ def keys_revoke_command(
     as_json: JsonOption = False,
 ) -> None:
     """Revoke a signing key: every certificate it signed stops counting."""
-    key = _registry(registry).revoke_key(keyid, reason)
+    with _registry(registry) as reg:
+        key = reg.revoke_key(keyid, reason)
     if as_json:
         emit_json(_dump(key))
         return
@@ -256,7 +268,8 @@ def token_create_command(
         )
     except ValidationError as exc:
         raise UsageError(f"cannot make this token: {_first_error(exc)}") from exc
-    created = _registry(registry).create_token(request)
+    with _registry(registry) as reg:
+        created = reg.create_token(request)
     if as_json:
         emit_json(_dump(created))
         return

@@ -233,7 +233,9 @@ def _check_older(
             # The log's tree still extends the old one: its proofs can place the bad leaf.
             bad = _first_divergence(source, tree, old.size, old.root)
             findings.append(
-                Finding(bad, f"entry {bad} differs from what {label} (size {old.size}) committed to")
+                Finding(
+                    bad, f"entry {bad} differs from what {label} (size {old.size}) committed to"
+                )
             )
         else:
             # Rewritten history: no proof from this log can say which entry changed.

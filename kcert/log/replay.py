@@ -164,9 +164,7 @@ def compare_anchors(
         pid = str(probe["id"])
         other = fresh.get(pid)
         if other is None:
-            differences.append(
-                AnchorDifference(pid, "probe", "", None, None, "probe not re-run")
-            )
+            differences.append(AnchorDifference(pid, "probe", "", None, None, "probe not re-run"))
             continue
         inputs_drifted = False
         for role, cause in (("inputs", "input drift"), ("reference", "reference drift"),
@@ -180,8 +178,9 @@ def compare_anchors(
                 if inputs_drifted and role != "inputs":
                     why = f"{cause} (after input drift)"
                 differences.append(
-                    AnchorDifference(pid, role.rstrip("s"), name, before.get(name),
-                                     after.get(name), why)  # fmt: skip
+                    AnchorDifference(
+                        pid, role.rstrip("s"), name, before.get(name), after.get(name), why
+                    )  # fmt: skip
                 )
                 if role == "inputs":
                     inputs_drifted = True

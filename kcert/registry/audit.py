@@ -27,6 +27,7 @@ reads O(log n) nodes in one query.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, tuple_, update
+from sqlalchemy import Connection, Engine, TextClause, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from kcert.errors import KcertError
@@ -111,6 +112,19 @@ def record_events(session: Session, events: Sequence[tuple[str, Mapping[str, Any
     return list(range(first, first + len(events)))
 
 
+@functools.lru_cache(maxsize=256)
+def _node_lookup(count: int) -> TextClause:
+    """``SELECT`` of ``count`` nodes by primary key, one statement per count (so it is cached).
+
+    An OR of key lookups, not a row-value ``IN``: SQLite scans the whole table
+    for ``(level, position) IN (...)`` but searches the primary key once per OR
+    term, which is what keeps a read O(log n). Plain SQL text, because building
+    the same expression with SQLAlchemy's operators cost more than the query.
+    """
+    terms = " OR ".join(f"(level = :l{i} AND position = :p{i})" for i in range(count))
+    return text(f"SELECT level, position, hash FROM log_node WHERE {terms}")
+
+
 class NodeStore:
     """Perfect-subtree hashes read from the database; counts what it reads."""
 
@@ -123,12 +137,10 @@ class NodeStore:
     def nodes(self, keys: Collection[NodeKey]) -> dict[NodeKey, bytes]:
         if not keys:
             return {}
-        wanted = [(key.level, key.index) for key in keys]
-        rows = self._conn.execute(
-            select(_node.c.level, _node.c.position, _node.c.hash).where(
-                tuple_(_node.c.level, _node.c.position).in_(wanted)
-            )
-        ).all()
+        params: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            params[f"l{i}"], params[f"p{i}"] = key.level, key.index
+        rows = self._conn.execute(_node_lookup(len(keys)), params).all()
         self.queries += 1
         self.reads += len(rows)
         got = {NodeKey(int(level), int(position)): bytes(value) for level, position, value in rows}

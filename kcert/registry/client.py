@@ -20,7 +20,7 @@ from kcert.attest.dsse import Envelope
 from kcert.digest import Digest
 from kcert.registry import certificates, decisions, errors, keys, targets, tokens
 from kcert.registry.config import Settings
-from kcert.registry.db import engine_for, migrate, read_session, write_session
+from kcert.registry.db import engine_for, ensure_migrated, read_session, write_session
 from kcert.registry.models import (
     ApiTokenCreate,
     ApiTokenCreated,
@@ -61,6 +61,7 @@ class Registry(Protocol):
     def trust_key(self, key: TrustedKeyCreate) -> TrustedKeyPublic: ...
     def revoke_key(self, keyid: str, reason: str) -> TrustedKeyPublic: ...
     def create_token(self, request: ApiTokenCreate) -> ApiTokenCreated: ...
+    def close(self) -> None: ...
 
 
 def open_registry(settings: Settings, url: str | None = None) -> Registry:
@@ -79,7 +80,10 @@ class EmbeddedRegistry:
         url = settings.resolved_database_url()
         self.engine = engine or engine_for(url)
         self.where = f"embedded registry ({self.engine.url.render_as_string(hide_password=True)})"
-        migrate(self.engine)
+        ensure_migrated(self.engine)
+
+    def close(self) -> None:
+        """Nothing to release: the engine is shared by the process (``engine_for``)."""
 
     def push(self, envelope: Envelope) -> CertificateStored:
         with write_session(self.engine) as session:
@@ -134,6 +138,9 @@ class RemoteRegistry:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.client = client or httpx.Client(base_url=self.where, timeout=timeout_s)
         self.client.headers.update(headers)
+
+    def close(self) -> None:
+        self.client.close()
 
     def push(self, envelope: Envelope) -> CertificateStored:
         return self._call("POST", "/v1/certificates", CertificateStored, json=envelope.to_json())

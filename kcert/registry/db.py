@@ -132,7 +132,20 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         ) from exc
 
 
+_current: set[str] = set()
+
+
+def ensure_migrated(engine: Engine) -> None:
+    """:func:`migrate` once per database per process (each CLI call opens the registry)."""
+    key = engine.url.render_as_string(hide_password=False)
+    if key in _current:
+        return
+    migrate(engine)
+    _current.add(key)
+
+
 def downgrade(engine: Engine, revision: str = "base") -> None:
+    _current.discard(engine.url.render_as_string(hide_password=False))
     config = alembic_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection

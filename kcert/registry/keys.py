@@ -24,9 +24,26 @@ from kcert.registry.models import (
     utcnow,
 )
 
+#: The eight Ed25519 points of small order (canonical encodings). A signature "by" one
+#: of them says nothing about who signed, so such a key is never trusted.
+SMALL_ORDER_KEYS = frozenset(
+    {
+        "0100000000000000000000000000000000000000000000000000000000000000",
+        "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+        "0000000000000000000000000000000000000000000000000000000000000000",
+        "0000000000000000000000000000000000000000000000000000000000000080",
+        "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+        "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac03fa",
+        "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+        "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc85",
+    }
+)
+
 
 def trust_key(*, session: Session, key: TrustedKeyCreate) -> tuple[TrustedKeyPublic, bool]:
     """Trust ``key``; return it and whether it is new. Trusting it again changes nothing."""
+    if key.public_key.lower() in SMALL_ORDER_KEYS:
+        raise InvalidInput("that public key is a point of small order, not a real signing key")
     try:
         public = public_key_from_hex(key.public_key)
     except KcertError as exc:

@@ -17,7 +17,7 @@ from pydantic import Field as PydanticField
 from sqlalchemy import JSON, DateTime, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from kcert.digest import Digest
+from kcert.digest import Digest, DigestError
 
 #: Names of targets and keys: printable, no slashes (they appear in URL paths).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
@@ -59,12 +59,14 @@ class PromotionStatus(StrEnum):
 
 
 class TrustedKeyBase(SQLModel):
-    name: str = Field(min_length=1, max_length=128, regex=NAME_PATTERN)
+    name: str = Field(min_length=1, max_length=128, schema_extra={"pattern": NAME_PATTERN})
 
 
 class TrustedKeyCreate(TrustedKeyBase):
     #: Hex of the raw 32-byte Ed25519 public key.
-    public_key: str = Field(min_length=64, max_length=64, regex=r"^[0-9a-fA-F]{64}$")
+    public_key: str = Field(
+        min_length=64, max_length=64, schema_extra={"pattern": r"^[0-9a-fA-F]{64}$"}
+    )
 
     @field_validator("public_key")
     @classmethod
@@ -175,7 +177,7 @@ class CertificateRevoke(SQLModel):
 
 
 class TargetBase(SQLModel):
-    hw_class: str = Field(max_length=64, regex=HW_CLASS_PATTERN)
+    hw_class: str = Field(max_length=64, schema_extra={"pattern": HW_CLASS_PATTERN})
 
 
 class TargetCreate(TargetBase):
@@ -280,13 +282,16 @@ class TargetReported(TargetPublic):
 
 
 class PromotionBase(SQLModel):
-    kernel: str = Field(max_length=71, regex=DIGEST_PATTERN)
-    target: str = Field(max_length=128, regex=NAME_PATTERN)
+    kernel: str = Field(max_length=71, schema_extra={"pattern": DIGEST_PATTERN})
+    target: str = Field(max_length=128, schema_extra={"pattern": NAME_PATTERN})
 
     @field_validator("kernel")
     @classmethod
     def _canonical(cls, value: str) -> str:
-        return str(Digest.parse(value))
+        try:
+            return str(Digest.parse(value))
+        except DigestError as exc:
+            raise ValueError(exc.diagnostics()) from exc
 
 
 class PromotionCreate(PromotionBase):

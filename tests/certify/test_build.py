@@ -149,8 +149,8 @@ def test_spills_and_local_memory_are_reported(tmp_path: Path) -> None:
     assert r.registers <= 24
     assert r.spill_stores > 0 and r.spill_loads > 0
     assert r.local_bytes >= r.stack_bytes > 0
-    unconstrained = make_kernel(tmp_path, HEAVY, entry="heavy",
-                                args='x = "in f32[n]"\ny = "out f32[n]"\nn = "i32 = n"')  # fmt: skip
+    args = 'x = "in f32[n]"\ny = "out f32[n]"\nn = "i32 = n"'
+    unconstrained = make_kernel(tmp_path, HEAVY, entry="heavy", args=args)
     free = build_cuda(unconstrained, arch="sm_90").resources
     assert free is not None and free.registers > 24 and free.spill_stores == 0
 

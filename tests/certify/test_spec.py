@@ -342,3 +342,10 @@ def test_spec_digest_ignores_formatting(tmp_path: Path) -> None:
     reordered = {"kernel": [dict(reversed(list(t.items()))) for t in data["kernel"]]}
     b = parse_spec(reordered, tmp_path / "kcert.toml")
     assert [k.digest for k in a.kernels] == [k.digest for k in b.kernels]
+
+
+def test_shape_commas_inside_calls_do_not_split_extents(folder: Path) -> None:
+    table = base_table()
+    table["args"]["x"] = "in f32[cdiv(n, 4), max(n, 2)]"
+    kernel = parse(folder, table)
+    assert kernel.bind({"n": 33}).shapes["x"] == (9, 33)

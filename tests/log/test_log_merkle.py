@@ -15,8 +15,8 @@ from kcert.log.proofs import verify_consistency, verify_inclusion
 MAX = 200
 
 
-def _leaves(n: int) -> list[bytes]:
-    return [f"leaf {i}".encode() for i in range(n)]
+def _leaves(n: int) -> tuple[bytes, ...]:
+    return tuple(f"leaf {i}".encode() for i in range(n))
 
 
 @pytest.fixture(scope="module")

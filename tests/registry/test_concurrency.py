@@ -9,7 +9,7 @@ from typing import TypeVar
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
-from sqlmodel import select
+from sqlmodel import col, select
 
 from kcert.attest.keys import public_key_hex
 from kcert.digest import Digest
@@ -28,9 +28,7 @@ T = TypeVar("T")
 @pytest.fixture
 def registry(engine: Engine, database_url: str, signing_key: Ed25519PrivateKey) -> EmbeddedRegistry:
     reg = EmbeddedRegistry(Settings(database_url=database_url), engine=engine)
-    reg.trust_key(
-        TrustedKeyCreate(name="ci", public_key=public_key_hex(signing_key.public_key()))
-    )
+    reg.trust_key(TrustedKeyCreate(name="ci", public_key=public_key_hex(signing_key.public_key())))
     return reg
 
 
@@ -42,7 +40,9 @@ def in_threads(jobs: list[Callable[[], T]]) -> list[T]:
 
 def leaf_indices(engine: Engine) -> list[int]:
     with read_session(engine) as session:
-        return list(session.exec(select(LogEntry.leaf_index).order_by(LogEntry.leaf_index)).all())
+        return list(
+            session.exec(select(LogEntry.leaf_index).order_by(col(LogEntry.leaf_index))).all()
+        )
 
 
 def test_concurrent_drift_reports_are_all_kept_in_order(
@@ -63,7 +63,7 @@ def test_concurrent_drift_reports_are_all_kept_in_order(
     # Every report got its own generation: none was computed from a stale read.
     assert sorted(r.generation for r in results) == list(range(2, len(drivers) + 2))
     with read_session(engine) as session:
-        history = session.exec(select(TargetHistory).order_by(TargetHistory.id)).all()
+        history = session.exec(select(TargetHistory).order_by(col(TargetHistory.id))).all()
     assert [h.generation for h in history] == list(range(1, len(drivers) + 2))
     final = registry.get_target("prod")
     assert final.generation == len(drivers) + 1

@@ -7,7 +7,7 @@ import json
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine, func
-from sqlmodel import select
+from sqlmodel import col, select
 
 from kcert.attest.dsse import Envelope, Signature
 from kcert.attest.keys import generate_private_key, key_id, public_key_hex
@@ -43,7 +43,7 @@ def report(registry: EmbeddedRegistry, name: str = "prod", **env: object) -> str
 
 def log_kinds(engine: Engine) -> list[str]:
     with read_session(engine) as session:
-        return list(session.exec(select(LogEntry.kind).order_by(LogEntry.leaf_index)).all())
+        return list(session.exec(select(LogEntry.kind).order_by(col(LogEntry.leaf_index))).all())
 
 
 def test_a_certificate_from_an_untrusted_key_is_refused(

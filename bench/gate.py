@@ -1,0 +1,565 @@
+"""How fast is the gate? ``GET /v1/gate`` against a bare FastAPI endpoint served the same way.
+
+    python bench/gate.py [--database sqlite|postgres] [--workers 2] [--duration 5]
+
+What it does, all on 127.0.0.1 and bounded in time:
+
+1. Seeds a registry with real certificates (made by :mod:`kcert.attest`,
+   stored by :func:`kcert.registry.certificates.store_certificate`, each with
+   its audit-log leaf): by default 10,000 certificates of 2,500 kernels over
+   100 targets, four hardware classes, 2,500 promotions. Seeding is slow (the
+   registry verifies every certificate's signature and predicate schema), so
+   the seeded database is cached: a SQLite file under ``--cache-dir``, or a
+   PostgreSQL template database; every run works on a fresh copy of it.
+2. Serves it with uvicorn, the production way (``uvicorn --factory
+   kcert.api.app:create_app --workers N --no-access-log``), and serves a bare
+   FastAPI endpoint (same route shape, same bearer header, no database) with
+   exactly the same uvicorn options.
+3. Drives both from a separate process: wrk for saturation throughput when it
+   is installed (Debian: ``apt-get install -y wrk``), else
+   ``bench/loadgen.py`` in closed loop; then ``bench/loadgen.py`` in open loop
+   at 80% of the bare endpoint's saturation rate, for tail latency.
+4. Prints requests per second, p50 and p99 for each, the ratios, and whether
+   the goals hold (gate >= half the bare throughput, gate p99 < 10 ms at 80%
+   load). Exit code 0 when they hold, 1 when not, 2 when the bench could not run.
+
+Gate queries are a fixed mix: 50% promoted kernels on their target (allow),
+25% certified kernels on a target they are not promoted to (deny after the
+policy runs), 25% kernels on a target with no matching certificate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+from fastapi import FastAPI, Header, HTTPException, Query  # noqa: E402
+from loadgen import LoadResult, LoadSpec  # noqa: E402
+
+#: Bump when the seeded content changes, so stale caches are not reused.
+SEED_VERSION = 1
+HARDWARE = (
+    ("H100", "NVIDIA H100 80GB HBM3", "9.0"),
+    ("A100", "NVIDIA A100-SXM4-80GB", "8.0"),
+    ("L40S", "NVIDIA L40S", "8.9"),
+    ("H200", "NVIDIA H200", "9.0"),
+)
+CERTS_PER_KERNEL = 4
+GATE_GOAL_RATIO = 0.5
+P99_GOAL_MS = 10.0
+LOAD_FRACTION = 0.8
+BARE_TOKEN_ENV = "KCERT_BENCH_BARE_TOKEN"
+PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+# ---------------------------------------------------------------------------- the bare endpoint
+
+
+def bare_app() -> FastAPI:
+    """The baseline: FastAPI's own cost for a route shaped like the gate, with no database.
+
+    Same method, path, query parameters and validation, same bearer check (a
+    string compare), a JSON answer of the same shape; a plain ``def`` like the
+    gate route, so both pay for the same thread-pool hop.
+    """
+    expected = f"Bearer {os.environ[BARE_TOKEN_ENV]}"
+    app = FastAPI(title="bare")
+
+    @app.get("/v1/gate")
+    def gate(
+        kernel: Annotated[str, Query(max_length=71, pattern=r"^(sha256:)?[0-9a-f]{64}$")],
+        target: Annotated[str, Query(max_length=128)],
+        authorization: Annotated[str | None, Header()] = None,
+    ) -> dict[str, Any]:
+        if authorization is None or not hmac.compare_digest(authorization, expected):
+            raise HTTPException(status_code=401)
+        return {"allow": False, "reasons": [f"bare endpoint for {target}"], "certificate": None}
+
+    return app
+
+
+# ---------------------------------------------------------------------------- seeding
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to seed; every name and digest follows from these numbers."""
+
+    certificates: int
+    targets: int
+
+    @property
+    def kernels(self) -> int:
+        return self.certificates // CERTS_PER_KERNEL
+
+    def target_name(self, t: int) -> str:
+        return f"fleet-{t:03d}"
+
+    def target(self, t: int) -> tuple[str, dict[str, Any]]:
+        from kcert.registry.testing import gpu_environment
+
+        hw, gpu, cc = HARDWARE[t % len(HARDWARE)]
+        env = gpu_environment(
+            gpu_name=gpu, compute_capability=cc, driver_version=f"580.{t // len(HARDWARE)}.0"
+        )
+        return hw, env
+
+    def certified_on(self, k: int) -> list[int]:
+        """The targets whose environment kernel ``k`` was certified in (first: promoted one)."""
+        step = max(1, self.targets // CERTS_PER_KERNEL)
+        return [(k + j * step) % self.targets for j in range(CERTS_PER_KERNEL)]
+
+    @staticmethod
+    def source(k: int) -> str:
+        return f"bench kernel {k}"
+
+    @staticmethod
+    def kernel_digest(k: int) -> str:
+        return "sha256:" + hashlib.sha256(Plan.source(k).encode()).hexdigest()
+
+    def cache_key(self) -> str:
+        from kcert.registry.db import alembic_config
+
+        from alembic.script import ScriptDirectory
+
+        heads = sorted(ScriptDirectory.from_config(alembic_config()).get_heads())
+        text = json.dumps([SEED_VERSION, self.certificates, self.targets, heads])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def queries(self, count: int = 2000) -> list[str]:
+        """Gate paths: half allow, a quarter deny (not promoted), a quarter deny (no match)."""
+        rng = random.Random(7)
+        paths = []
+        for i in range(count):
+            k = rng.randrange(self.kernels)
+            on = self.certified_on(k)
+            if i % 4 < 2:
+                t = on[0]
+            elif i % 4 == 2:
+                t = on[1]
+            else:
+                t = next(x for x in range(self.targets) if x not in on)
+            paths.append(f"/v1/gate?kernel={self.kernel_digest(k)}&target={self.target_name(t)}")
+        return paths
+
+
+def _sign_chunk(args: tuple[bytes, Plan, list[tuple[int, int]]]) -> list[bytes]:
+    """Sign the reports of (kernel, target) pairs; runs in a worker process."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from kcert.attest.certificate import sign_report
+    from kcert.registry.testing import make_report
+
+    raw, plan, pairs = args
+    key = Ed25519PrivateKey.from_private_bytes(raw)
+    out = []
+    for k, t in pairs:
+        hw, env = plan.target(t)
+        # One certificate in twenty fails a check: stored as evidence, never valid.
+        failing = {"correctness": "2 of 9 probes fail"} if (k + t) % 20 == 19 else None
+        report = make_report(source=plan.source(k), environment=env, hw_class=hw,
+                             failing=failing, name=f"k{k}")  # fmt: skip
+        out.append(sign_report(report, key).to_bytes())
+    return out
+
+
+def seed(url: str, plan: Plan, say: Any) -> None:
+    """Fill the empty, migrated database at ``url`` following ``plan``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from kcert.attest.dsse import parse_envelope
+    from kcert.attest.keys import public_key_hex
+    from kcert.digest import Digest
+    from kcert.registry import certificates, decisions, keys, targets
+    from kcert.registry.db import make_engine, migrate, write_session
+    from kcert.registry.errors import PromotionDenied
+    from kcert.registry.models import TargetCreate, TrustedKeyCreate
+
+    engine = make_engine(url)
+    migrate(engine)
+    key = Ed25519PrivateKey.generate()
+    raw = key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+        serialization.NoEncryption(),
+    )  # fmt: skip
+    started = time.perf_counter()
+    with write_session(engine) as session:
+        keys.trust_key(session=session, key=TrustedKeyCreate(
+            name="bench-ci", public_key=public_key_hex(key.public_key())))  # fmt: skip
+        for t in range(plan.targets):
+            hw, env = plan.target(t)
+            targets.report_target(session=session, name=plan.target_name(t),
+                                  report=TargetCreate(hw_class=hw, environment=env))  # fmt: skip
+    pairs = [(k, t) for k in range(plan.kernels) for t in plan.certified_on(k)]
+    chunks = [pairs[i : i + 250] for i in range(0, len(pairs), 250)]
+    stored = 0
+    with ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1)) as pool:
+        signed = pool.map(_sign_chunk, [(raw, plan, c) for c in chunks])
+        with write_session(engine) as session:
+            for chunk in signed:
+                for data in chunk:
+                    certificates.store_certificate(session=session, envelope=parse_envelope(data))
+                    stored += 1
+                say(f"  stored {stored}/{len(pairs)} certificates "
+                    f"({time.perf_counter() - started:.0f} s)")  # fmt: skip
+    granted = 0
+    with write_session(engine) as session:
+        for k in range(plan.kernels):
+            try:
+                decisions.promote(session=session, kernel=Digest.parse(plan.kernel_digest(k)),
+                                  target=plan.target_name(plan.certified_on(k)[0]))  # fmt: skip
+                granted += 1
+            except PromotionDenied:
+                session.rollback()
+    engine.dispose()
+    say(f"  {granted} promotions granted; seeded in {time.perf_counter() - started:.0f} s")
+
+
+# ---------------------------------------------------------------------------- databases
+
+
+@contextmanager
+def sqlite_database(plan: Plan, cache: Path, work: Path, say: Any) -> Iterator[str]:
+    """A fresh copy of the cached seeded SQLite database (seeded first when not cached)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    cached = cache / f"gate-{plan.cache_key()}.db"
+    if not cached.exists():
+        say(f"seeding {plan.certificates} certificates into {cached} (once; then cached)")
+        partial = cached.with_suffix(".partial")
+        for leftover in cache.glob(partial.name + "*"):
+            leftover.unlink()
+        seed(f"sqlite:///{partial}", plan, say)
+        # The engine was disposed, so the WAL is checkpointed into the file itself.
+        partial.rename(cached)
+    copy = work / "registry.db"
+    shutil.copyfile(cached, copy)
+    yield f"sqlite:///{copy}"
+
+
+@contextmanager
+def postgres_database(plan: Plan, server: str, say: Any) -> Iterator[str]:
+    """A fresh database made from a cached, seeded template database on the server."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = make_url(server)
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    template = f"kcert_bench_gate_{plan.cache_key()}"
+    name = f"kcert_bench_run_{secrets.token_hex(4)}"
+    try:
+        with admin.connect() as conn:
+            exists = conn.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": template}
+            ).first()
+            if exists is None:
+                say(f"seeding {plan.certificates} certificates into database {template} "
+                    "(once; then used as a template)")  # fmt: skip
+                partial = template + "_partial"
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{partial}" WITH (FORCE)'))
+                conn.execute(text(f'CREATE DATABASE "{partial}"'))
+                seed(base.set(database=partial).render_as_string(hide_password=False), plan, say)
+                conn.execute(text(f'ALTER DATABASE "{partial}" RENAME TO "{template}"'))
+            conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def make_gate_token(url: str) -> str:
+    """A real ``gate:read`` token, looked up by hash on every request like a deploy's."""
+    from kcert.registry import tokens
+    from kcert.registry.db import make_engine, write_session
+    from kcert.registry.models import ApiTokenCreate, Scope
+
+    engine = make_engine(url)
+    try:
+        with write_session(engine) as session:
+            made = tokens.create_token(session=session, request=ApiTokenCreate(
+                scopes=[Scope.GATE_READ], description="bench/gate.py"))  # fmt: skip
+    finally:
+        engine.dispose()
+    return made.token
+
+
+# ---------------------------------------------------------------------------- servers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def uvicorn_command(app: str, port: int, workers: int, *, app_dir: Path | None = None) -> list[str]:
+    """The production serving command (the README's), for the registry and the baseline alike."""
+    cmd = [sys.executable, "-m", "uvicorn", app, "--factory", "--host", "127.0.0.1",
+           "--port", str(port), "--workers", str(workers), "--no-access-log",
+           "--log-level", "warning"]  # fmt: skip
+    if app_dir is not None:
+        cmd += ["--app-dir", str(app_dir)]
+    return cmd
+
+
+@contextmanager
+def served(cmd: list[str], env: dict[str, str], port: int, log: Path) -> Iterator[int]:
+    """Run a server until the block ends; stop its whole process group whatever happens."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=ROOT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start; its log:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield port
+    finally:
+        _stop(proc)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            return s.recv(12).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    try:  # workers that outlived their parent
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+# ---------------------------------------------------------------------------- load
+
+
+def saturate(port: int, paths: Sequence[str], token: str, args: argparse.Namespace,
+             work: Path) -> LoadResult:  # fmt: skip
+    """Closed-loop saturation: wrk when installed, else the Python generator."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        return loadgen(port, paths, token, work, mode="closed", duration=args.duration,
+                       connections=args.connections)  # fmt: skip
+    script = work / "paths.lua"
+    quoted = ",\n".join(json.dumps(p) for p in paths)
+    script.write_text(
+        "local paths = {\n" + quoted + "\n}\nlocal i = 0\n"
+        "request = function()\n  i = i + 1\n  return wrk.format(nil, paths[(i % #paths) + 1])\n"
+        "end\n"
+    )
+    cmd = [wrk, "-t", str(args.wrk_threads), "-c", str(args.connections),
+           "-d", f"{max(1, round(args.duration))}s", "--latency", "-s", str(script),
+           "-H", f"Authorization: Bearer {token}", f"http://127.0.0.1:{port}"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration + 30)
+    if out.returncode != 0:
+        raise RuntimeError(f"wrk failed: {(out.stderr or out.stdout).strip()}")
+    return parse_wrk(out.stdout, args.duration)
+
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def parse_wrk(text: str, duration: float) -> LoadResult:
+    def latency(pct: str) -> float:
+        m = re.search(rf"^\s*{pct}%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M)
+        if m is None:
+            raise RuntimeError(f"no {pct}% line in wrk's output:\n{text}")
+        return float(m.group(1)) * _UNITS[m.group(2)]
+
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    total = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m)", text)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if rps is None or total is None:
+        raise RuntimeError(f"cannot read wrk's output:\n{text}")
+    max_ms = re.search(r"Latency\s+\S+\s+\S+\s+([\d.]+)(us|ms|s|m)", text)
+    return LoadResult(
+        requests=int(total.group(1)),
+        errors=sum(int(x) for x in errors.groups()) if errors else 0,
+        non_2xx=int(non2xx.group(1)) if non2xx else 0,
+        elapsed_s=float(total.group(2)) * _UNITS[total.group(3)] / 1e3,
+        rps=float(rps.group(1)), p50_ms=latency("50"), p99_ms=latency("99"),
+        max_ms=float(max_ms.group(1)) * _UNITS[max_ms.group(2)] if max_ms else float("nan"),
+        offered_rps=0.0,
+    )  # fmt: skip
+
+
+def loadgen(port: int, paths: Sequence[str], token: str, work: Path, *, mode: str,
+            duration: float, connections: int, rate: float = 0.0) -> LoadResult:  # fmt: skip
+    """Run ``bench/loadgen.py`` in its own process (never in the server's)."""
+    spec = LoadSpec(host="127.0.0.1", port=port, paths=list(paths),
+                    headers={"Authorization": f"Bearer {token}"}, mode=mode,
+                    duration_s=duration, connections=connections, rate_per_s=rate)  # fmt: skip
+    spec_file = work / f"load-{port}-{mode}.json"
+    spec_file.write_text(json.dumps(asdict(spec)))
+    out = subprocess.run([sys.executable, str(BENCH / "loadgen.py"), str(spec_file)],
+                         capture_output=True, text=True, timeout=duration + 60)  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"the load generator failed: {out.stderr.strip()[-2000:]}")
+    return LoadResult(**json.loads(out.stdout))
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    saturation: LoadResult
+    at_load: LoadResult
+
+
+def measure(port: int, paths: Sequence[str], token: str, args: argparse.Namespace, work: Path,
+            rate: float | None) -> tuple[LoadResult, LoadResult | None]:  # fmt: skip
+    # A short warm-up fills the connection pools and the database's page cache.
+    loadgen(port, paths, token, work, mode="closed", duration=1.0, connections=4)
+    sat = saturate(port, paths, token, args, work)
+    if rate is None:
+        return sat, None
+    opened = loadgen(port, paths, token, work, mode="open", duration=args.duration,
+                     connections=args.connections, rate=rate)  # fmt: skip
+    return sat, opened
+
+
+def run(args: argparse.Namespace) -> int:
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    plan = Plan(certificates=args.certificates, targets=args.targets)
+    paths = plan.queries()
+    tool = shutil.which("wrk")
+    if tool:
+        say(f"saturation load: wrk at {tool}")
+    else:
+        say("saturation load: bench/loadgen.py in closed loop (wrk is not installed; "
+            "for a lighter client: apt-get install -y wrk)")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="kcert-bench-gate-") as tmp:
+        work = Path(tmp)
+        home = work / "home"
+        home.mkdir()
+        if args.database == "postgres":
+            db = postgres_database(plan, args.postgres_url, say)
+        else:
+            db = sqlite_database(plan, args.cache_dir, work, say)
+        with db as url:
+            token = make_gate_token(url)
+            bare_token = secrets.token_urlsafe(32)
+            env = {**os.environ, "KCERT_HOME": str(home), "KCERT_DATABASE_URL": url,
+                   "KCERT_ADMIN_TOKEN": secrets.token_urlsafe(32),
+                   BARE_TOKEN_ENV: bare_token}  # fmt: skip
+            port = free_port()
+            say(f"bare endpoint: {' '.join(uvicorn_command('gate:bare_app', port, args.workers))}")
+            with served(uvicorn_command("gate:bare_app", port, args.workers, app_dir=BENCH),
+                        env, port, work / "bare.log"):  # fmt: skip
+                bare_sat, _ = measure(port, paths, bare_token, args, work, None)
+                rate = LOAD_FRACTION * bare_sat.rps
+                bare_open = loadgen(port, paths, bare_token, work, mode="open",
+                                    duration=args.duration, connections=args.connections,
+                                    rate=rate)  # fmt: skip
+            port = free_port()
+            cmd = uvicorn_command("kcert.api.app:create_app", port, args.workers)
+            say(f"registry: {' '.join(cmd)}")
+            with served(cmd, env, port, work / "gate.log"):
+                gate_sat, gate_open = measure(port, paths, token, args, work, rate)
+            assert gate_open is not None
+            problems = [r for r in (bare_sat, gate_sat, bare_open, gate_open)
+                        if r.errors or r.non_2xx]  # fmt: skip
+    report(args, plan, Figures(bare_sat, bare_open), Figures(gate_sat, gate_open), rate)
+    if problems:
+        say("some requests failed or were answered with non-2xx: see the table")
+        return 2
+    ratio_ok = gate_sat.rps >= GATE_GOAL_RATIO * bare_sat.rps
+    p99_ok = gate_open.p99_ms < P99_GOAL_MS
+    return 0 if ratio_ok and p99_ok else 1
+
+
+def report(args: argparse.Namespace, plan: Plan, bare: Figures, gate: Figures,
+           rate: float) -> None:  # fmt: skip
+    client = "wrk" if shutil.which("wrk") else "loadgen.py"
+    print(f"gate bench: {args.database}, {plan.certificates} certificates, {plan.targets} targets,"
+          f" uvicorn --workers {args.workers}, {os.cpu_count()} CPUs, "
+          f"{args.connections} connections, {args.duration:g} s per phase")  # fmt: skip
+    print(f"{'':26}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+    rows = [
+        (f"bare, saturated ({client})", bare.saturation),
+        (f"gate, saturated ({client})", gate.saturation),
+        (f"bare, open loop {rate:.0f}/s", bare.at_load),
+        (f"gate, open loop {rate:.0f}/s", gate.at_load),
+    ]
+    for name, r in rows:
+        print(f"{name:26}{r.rps:10.0f}{r.p50_ms:9.2f}{r.p99_ms:9.2f}{r.errors + r.non_2xx:8d}")
+    ratio = gate.saturation.rps / bare.saturation.rps if bare.saturation.rps else 0.0
+    p50 = gate.saturation.p50_ms / bare.saturation.p50_ms if bare.saturation.p50_ms else 0.0
+    p99 = gate.saturation.p99_ms / bare.saturation.p99_ms if bare.saturation.p99_ms else 0.0
+    print(f"gate/bare: throughput {ratio:.2f} (goal >= {GATE_GOAL_RATIO}), "
+          f"p50 {p50:.2f}x, p99 {p99:.2f}x")
+    ok = "met" if gate.at_load.p99_ms < P99_GOAL_MS else "MISSED"
+    print(f"gate p99 at {LOAD_FRACTION:.0%} of bare saturation ({rate:.0f}/s offered, "
+          f"{gate.at_load.rps:.0f}/s served): {gate.at_load.p99_ms:.2f} ms "
+          f"(goal < {P99_GOAL_MS:g} ms: {ok})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--postgres-url", default=os.environ.get("KCERT_TEST_POSTGRES_URL",
+                                                                 PG_DEFAULT))  # fmt: skip
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="uvicorn worker processes (default: one per CPU)")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per phase")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--wrk-threads", type=int, default=1)
+    parser.add_argument("--certificates", type=int, default=10_000)
+    parser.add_argument("--targets", type=int, default=100)
+    parser.add_argument("--cache-dir", type=Path,
+                        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+                        / "kcert-bench")  # fmt: skip
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        print(f"gate bench could not run: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
