@@ -95,6 +95,7 @@ def sign_report(report: CertificationReport, private_key: Ed25519PrivateKey) -> 
 
 
 def certificate_id(envelope: Envelope) -> Digest:
+    """``sha256`` of the RFC 8785 form of the envelope object (normalized base64)."""
     return Digest.of_json(envelope.to_json())
 
 

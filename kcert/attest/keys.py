@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,11 @@ def public_key_bytes(public_key: Ed25519PublicKey) -> bytes:
 def key_id(public_key: Ed25519PublicKey) -> str:
     """Hex SHA-256 of the raw 32-byte public key."""
     return hashlib.sha256(public_key_bytes(public_key)).hexdigest()
+
+
+def trust_map(public_keys: Iterable[Ed25519PublicKey]) -> dict[str, Ed25519PublicKey]:
+    """The ``{key id: key}`` mapping that ``verify_envelope`` takes."""
+    return {key_id(k): k for k in public_keys}
 
 
 def public_key_hex(public_key: Ed25519PublicKey) -> str:

@@ -34,7 +34,8 @@ def anchor_bytes_header(array: np.ndarray[Any, Any]) -> bytes:
     """The prefix, dtype and shape part of the anchored bytes."""
     canonical = canonical_array(array)
     shape = ",".join(map(str, canonical.shape))
-    return ANCHOR_PREFIX + canonical.dtype.str.encode("ascii") + b"\0" + shape.encode() + b"\0"
+    name: str = canonical.dtype.str
+    return ANCHOR_PREFIX + name.encode("ascii") + b"\0" + shape.encode() + b"\0"
 
 
 def anchor(array: np.ndarray[Any, Any]) -> Digest:
@@ -42,5 +43,5 @@ def anchor(array: np.ndarray[Any, Any]) -> Digest:
     canonical = canonical_array(array)
     h = hashlib.sha256(anchor_bytes_header(canonical))
     # hash the buffer in place: no copy of a large probe is made
-    h.update(memoryview(canonical.reshape(-1).view(np.uint8)))
+    h.update(canonical.reshape(-1).view(np.uint8).data)
     return Digest(h.hexdigest())

@@ -41,7 +41,7 @@ from kcert.certify.execution import PaddedBuffer, RunJob
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.report import ErrorMetrics
 from kcert.certify.spec import FLOAT_DTYPES, BufferArg, Intent, KernelSpec, Launch
-from kcert.certify.tolerance import Allowance
+from kcert.certify.tolerance import Allowance, float_info
 
 #: Guards are at least this many elements, and at least this many rows of the
 #: buffer's innermost extents, so that a whole tile that overruns lands in them.
@@ -71,9 +71,8 @@ def poison(dtype: str, variant: str) -> np.ndarray[Any, Any]:
         if variant == "A":
             bits = np.array(_NAN_BITS[dtype], dtype=_UINT[np_dtype.itemsize])
             return bits.view(np_dtype).reshape(())
-        import ml_dtypes
-
-        return np.array(-float(ml_dtypes.finfo(np_dtype).max) / 3, dtype=np.float64).astype(np_dtype)
+        large = -float(float_info(dtype).max) / 3
+        return np.array(large, dtype=np.float64).astype(np_dtype)
     byte = 0x5A if variant == "A" else 0xA5
     return np.full(np_dtype.itemsize, byte, dtype=np.uint8).view(np_dtype).reshape(())
 
@@ -242,27 +241,25 @@ def ulp(dtype: str, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """The spacing of ``dtype`` at each value (integers: 1)."""
     if dtype not in FLOAT_DTYPES:
         return np.ones(np.shape(values))
-    import ml_dtypes
-
-    info = ml_dtypes.finfo(host_dtype(dtype))
+    info = float_info(dtype)
     with np.errstate(all="ignore"):
         _, exponent = np.frexp(np.abs(values))
     # frexp(0) gives exponent 0; zero's spacing is that of the subnormals
     exponent = np.where(values == 0, int(info.minexp), np.maximum(exponent - 1, int(info.minexp)))
-    return np.ldexp(1.0, exponent - int(info.nmant))
+    spacing: np.ndarray[Any, Any] = np.ldexp(1.0, exponent - int(info.nmant))
+    return spacing
 
 
 def _overflow_excused(dtype: str, g: np.ndarray[Any, Any], r: np.ndarray[Any, Any],
                       allowed: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
     """An Inf is a correct rounding when the exact answer may lie past the overflow threshold."""
-    import ml_dtypes
-
-    info = ml_dtypes.finfo(host_dtype(dtype))
-    top = float(info.max)
+    top = float(float_info(dtype).max)
     threshold = top + float(ulp(dtype, np.array([top]))[0]) / 2
     with np.errstate(all="ignore"):
         reach = np.abs(r) + allowed
-        return np.isinf(g) & np.isfinite(r) & (np.sign(g) == np.sign(r)) & (reach >= threshold)
+        excused: np.ndarray[Any, Any] = (np.isinf(g) & np.isfinite(r) & (np.sign(g) == np.sign(r))
+                                         & (reach >= threshold))
+        return excused
 
 
 def _special(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
@@ -274,7 +271,9 @@ def _special(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
     allowed = np.broadcast_to(allowed, g.shape)
     nonfinite = ~np.isfinite(g)
     excused = _overflow_excused(dtype, g, r, allowed) | (np.isinf(g) & np.isinf(r))
-    return (nonfinite & np.isfinite(r) & ~excused) | (np.isnan(g) & ~np.isnan(r))
+    bad: np.ndarray[Any, Any] = (nonfinite & np.isfinite(r) & ~excused) | (np.isnan(g)
+                                                                          & ~np.isnan(r))
+    return bad
 
 
 def _data(buf: PaddedBuffer, padded: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -293,11 +292,13 @@ def _rows(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 def _equals(array: np.ndarray[Any, Any], value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """Element-wise: do the bytes equal ``value``'s bytes?"""
-    return np.all(_rows(array) == _bytes(value), axis=1).reshape(array.shape)
+    same: np.ndarray[Any, Any] = np.all(_rows(array) == _bytes(value), axis=1)
+    return same.reshape(array.shape)
 
 
 def _same_bytes(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.all(_rows(a) == _rows(b), axis=1).reshape(a.shape)
+    same: np.ndarray[Any, Any] = np.all(_rows(a) == _rows(b), axis=1)
+    return same.reshape(a.shape)
 
 
 def _changed(before: np.ndarray[Any, Any],

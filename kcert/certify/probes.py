@@ -38,6 +38,7 @@ import numpy as np
 
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.spec import FLOAT_DTYPES, BufferArg, Intent, KernelSpec, Launch, ValueDomain
+from kcert.certify.tolerance import float_info
 
 #: Largest and smallest magnitudes of the "large" and "tiny" families under
 #: ``auto``, as powers of two. Large values stay far enough below each dtype's
@@ -146,7 +147,8 @@ def fixed_probes(kernel: KernelSpec, *, max_probes: int | None = None) -> ProbeS
     return ProbeSet(tuple(chosen), {n: v for n, v in uncovered.items() if v})
 
 
-def fresh_probes(kernel: KernelSpec, fresh_seed: int, count: int | None = None) -> tuple[Probe, ...]:
+def fresh_probes(kernel: KernelSpec, fresh_seed: int,
+                 count: int | None = None) -> tuple[Probe, ...]:  # fmt: skip
     """``count`` probes whose dims and inputs come from ``fresh_seed``."""
     count = kernel.probes.fresh if count is None else count
     stream = _Stream([fresh_seed, 0x6672657368])
@@ -190,9 +192,10 @@ def draw_values(stream: _Stream, buf: BufferArg, domain: ValueDomain,
         return (stream.uniform(count) < 0.5).reshape(shape)
     if buf.dtype in FLOAT_DTYPES:
         values = _float_values(stream, buf.dtype, domain, count)
-        limit = float(_finfo(buf.dtype).max) / 4
+        limit = float(float_info(buf.dtype).max) / 4
         values = np.clip(values, -limit, limit)
-        return values.astype(dtype).reshape(shape)
+        result: np.ndarray[Any, Any] = values.astype(dtype).reshape(shape)
+        return result
     return _int_values(stream, dtype, domain, count).reshape(shape)
 
 
@@ -204,7 +207,8 @@ def _float_values(stream: _Stream, dtype: str, domain: ValueDomain, n: int) -> n
         lo, hi = domain.a, domain.b
         values = lo + (hi - lo) * stream.uniform(n)
         # large: the last 2% towards either end of the interval
-        near_end = np.where(sign > 0, hi - (hi - lo) * 0.02 * spread, lo + (hi - lo) * 0.02 * spread)
+        step = (hi - lo) * 0.02 * spread
+        near_end = np.where(sign > 0, hi - step, lo + step)
         values = np.where(family == 1, near_end, values)
         if lo < 0 < hi:
             scale = min(hi, -lo)
@@ -249,12 +253,6 @@ def _int_values(stream: _Stream, dtype: np.dtype[Any], domain: ValueDomain,
     values = np.where(family < 0.1, large, values)
     values = np.where(family > 0.95, 0, values)
     return values.astype(dtype)
-
-
-def _finfo(dtype: str) -> Any:
-    import ml_dtypes
-
-    return ml_dtypes.finfo(host_dtype(dtype))
 
 
 def _name_word(name: str) -> int:

@@ -91,7 +91,11 @@ def default_executor(kernel: KernelSpec) -> str:
     """What ``--executor auto`` means: CUDA C on the GPU; Triton on the GPU if any, else the CPU."""
     if kernel.language == "cuda":
         return "cuda"
-    return "triton" if gpu_visible()[0] else "triton-interpreter"
+    if not gpu_visible()[0] or importlib.util.find_spec("torch") is None:
+        return "triton-interpreter"
+    import torch  # only here: a GPU is visible, and only a CUDA build of torch can use it
+
+    return "triton" if torch.version.cuda is not None else "triton-interpreter"
 
 
 def device_arch() -> str:

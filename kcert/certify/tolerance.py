@@ -96,10 +96,15 @@ def compute_dtype(kernel: KernelSpec) -> str:
     return "f64" if any(b.dtype == "f64" for b in kernel.buffers) else "f32"
 
 
-def tiny(dtype: str) -> float:
+def float_info(dtype: str) -> Any:
+    """``finfo`` of a float spec dtype, bfloat16 included (through ml_dtypes)."""
     import ml_dtypes
 
-    return float(ml_dtypes.finfo(host_dtype(dtype)).tiny)
+    return ml_dtypes.finfo(host_dtype(dtype))  # type: ignore[no-untyped-call]
+
+
+def tiny(dtype: str) -> float:
+    return float(float_info(dtype).tiny)
 
 
 def accumulation_length(kernel: KernelSpec, output: BufferArg, dims: Mapping[str, int]) -> int:

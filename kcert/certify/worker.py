@@ -32,7 +32,14 @@ from typing import Any
 import numpy as np
 
 from kcert.certify.execution import RunStatus
-from kcert.certify.executors.base import BufferLayout, Executor, Fault, describe, import_source
+from kcert.certify.executors.base import (
+    BufferLayout,
+    Executor,
+    Fault,
+    Unavailable,
+    describe,
+    import_source,
+)
 from kcert.certify.spec import Callable_, KernelSpec, Launch
 
 
@@ -101,9 +108,10 @@ def serve(inbox: Connection, outbox: Connection) -> int:
         _send(outbox, {"op": "ready", "ok": False, "status": str(fault.status),
                        "message": fault.message})  # fmt: skip
         return 0
-    except ImportError as exc:
+    except (ImportError, Unavailable) as exc:
+        what = "cannot import what it needs" if isinstance(exc, ImportError) else "cannot run here"
         _send(outbox, {"op": "ready", "ok": False, "status": "environment",
-                       "message": f"the executor cannot import what it needs: {exc}"})  # fmt: skip
+                       "message": f"the executor {what}: {exc}"})  # fmt: skip
         return 0
     _send(outbox, {"op": "ready", "ok": True})
     while True:

@@ -42,6 +42,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help texts mention TOML tables like [[kernel]]; don't read them as markup.
+    rich_markup_mode=None,
 )
 
 

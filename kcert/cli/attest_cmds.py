@@ -32,9 +32,9 @@ from kcert.attest.diff import (
 from kcert.attest.errors import CertificateFormatError, VerificationError
 from kcert.attest.keys import (
     PASSPHRASE_ENV,
-    key_id,
     load_public_key,
     passphrase_from_env,
+    trust_map,
     write_keypair,
 )
 from kcert.certify.report import Verdict
@@ -87,7 +87,7 @@ def verify_command(
     public_key = load_public_key(key)
     envelope = load_envelope(cert)
     try:
-        verified = verify_envelope(envelope, {key_id(public_key): public_key})
+        verified = verify_envelope(envelope, trust_map([public_key]))
     except CertificateFormatError:
         raise
     except VerificationError as exc:
@@ -175,7 +175,7 @@ def _read(path: Path, key: Path | None) -> CertificateContents:
     public_key = load_public_key(key)
     envelope = load_envelope(path)
     try:
-        return verify_envelope(envelope, {key_id(public_key): public_key})
+        return verify_envelope(envelope, trust_map([public_key]))
     except VerificationError as exc:
         raise VerificationError(f"{path}: {exc.diagnostics()}") from exc
 

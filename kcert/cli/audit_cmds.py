@@ -21,7 +21,7 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from kcert.cli.output import emit_json, err_console, out_console
+from kcert.cli.output import emit_error, emit_json, err_console, out_console
 from kcert.errors import UsageError
 from kcert.log.errors import LogError, LogRangeError
 from kcert.log.leaf import Leaf, LeafError, parse_leaf
@@ -64,7 +64,8 @@ def open_source(registry: str | None) -> tuple[LogSource, Path]:
     settings = Settings()
     url = registry or settings.registry
     if url:
-        return HttpLogSource(url), settings.home
+        token = settings.token.get_secret_value() if settings.token else None
+        return HttpLogSource(url, token=token), settings.home
     from sqlalchemy.engine import make_url
 
     from kcert.registry.audit import DatabaseLogSource
@@ -199,12 +200,7 @@ def _authenticate(state: AuditState, source: LogSource, leaf: bytes, index: int)
 
 
 def _fetcher(source: LogSource) -> EnvelopeFetcher:
-    if isinstance(source, HttpLogSource):
-        from kcert.registry.config import Settings
-
-        token = Settings().token
-        secret = token.get_secret_value() if token else None
-        return lambda cid: source.certificate_envelope(cid, secret)
+    """How to get the certificates an entry names: both kinds of source can serve them."""
     fetch = getattr(source, "certificate_envelope", None)
     if fetch is None:
         return lambda cid: None
@@ -235,11 +231,13 @@ def replay(
     except (LogRangeError, ValueError) as exc:
         raise UsageError(f"the log has no entry {index}") from exc
     try:
-        leaf = parse_leaf(index, data) if served == index else None
+        if served != index:
+            raise LeafError(f"the log served entry {served} when asked for entry {index}")
+        leaf = parse_leaf(index, data)
     except LeafError as exc:
-        raise ReplayError(f"entry {index} cannot be replayed: {exc}") from exc
-    if leaf is None:
-        raise ReplayError(f"the log served entry {served} when asked for entry {index}")
+        # A log that serves a damaged entry is a finding (exit 1), not bad input.
+        emit_error(ReplayError(f"entry {index} cannot be replayed: {exc}"), as_json=json_out)
+        raise typer.Exit(EXIT_FAIL) from None
     state = AuditState(home / "audit" / state_dir_name(source.label))
     included = _authenticate(state, source, data, index)
     decision = replay_decision(leaf)

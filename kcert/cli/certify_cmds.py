@@ -54,7 +54,8 @@ def certify_command(
     certificate: str | None = None
     certificate_id: str | None = None
     if signing_key is not None:
-        certificate, certificate_id = _sign(report, signing_key, out or Path(f"{spec.name}.cert.json"))
+        target = out or Path(f"{spec.name}.cert.json")
+        certificate, certificate_id = _sign(report, signing_key, target)
     if as_json:
         emit_json(_summary(report, certificate, certificate_id))
     else:

@@ -42,9 +42,13 @@ class LogSource(Protocol):
 class HttpLogSource:
     """The public ``/v1/log`` routes of a registry."""
 
-    def __init__(self, base_url: str, *, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, client: httpx.Client | None = None, token: str | None = None
+    ) -> None:
         self.label = base_url.rstrip("/")
         self._client = client or httpx.Client(timeout=30.0)
+        #: Sent only where the registry needs it (certificates), never to the log routes.
+        self._token = token
 
     def close(self) -> None:
         self._client.close()
@@ -92,9 +96,9 @@ class HttpLogSource:
         body = self._json("proofs/consistency", {"first": first, "second": second})
         return self._hashes(body)
 
-    def certificate_envelope(self, certificate: str, token: str | None) -> dict[str, Any] | None:
+    def certificate_envelope(self, certificate: str) -> dict[str, Any] | None:
         """A stored certificate (not a log route: it needs a token with read scope)."""
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         url = f"{self.label}/v1/certificates/{certificate}/envelope"
         try:
             response = self._client.get(url, headers=headers)

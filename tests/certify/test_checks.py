@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from kcert.certify.checks import (
-    ProbeEvidence, ProbeResult, compare, evaluate, guard_elements, make_job, poison, ulp,
+    ProbeEvidence,
+    ProbeResult,
+    compare,
+    evaluate,
+    guard_elements,
+    make_job,
+    poison,
+    ulp,
 )  # fmt: skip
 from kcert.certify.execution import RunJob
 from kcert.certify.spec import KernelSpec, parse_spec

@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from kcert.certify.probes import (
-    SEED_BITS, derive_seed, fixed_probes, fresh_probes, make_inputs, make_probe,
+    SEED_BITS,
+    derive_seed,
+    fixed_probes,
+    fresh_probes,
+    make_inputs,
+    make_probe,
 )  # fmt: skip
 from kcert.certify.spec import KernelSpec, parse_spec
 

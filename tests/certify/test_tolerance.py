@@ -39,7 +39,8 @@ def violations(kernel: KernelSpec, reference: Any, inputs: Arrays, got: Arrays,
 def large_mixed(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
     """Values spanning 1e-3 to 4e3 with random signs, as the probes draw them."""
     magnitude = np.exp2(rng.uniform(-10, 12, size=shape))
-    return (magnitude * rng.choice([-1.0, 1.0], size=shape)).astype(np.float32)
+    values: np.ndarray[Any, Any] = magnitude * rng.choice([-1.0, 1.0], size=shape)
+    return values.astype(np.float32)
 
 
 def sequential_matmul(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
@@ -150,7 +151,8 @@ def test_softmax_on_large_inputs_is_bounded_by_conditioning(tmp_path: Path) -> N
     def softmax(v: np.ndarray[Any, Any], dtype: type) -> np.ndarray[Any, Any]:
         v = v.astype(dtype)
         e = np.exp(v - v.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+        result: np.ndarray[Any, Any] = e / e.sum(axis=1, keepdims=True)
+        return result
 
     def ref(inputs: Arrays) -> dict[str, np.ndarray[Any, Any]]:
         return {"y": softmax(np.asarray(inputs["x"]), np.float64)}

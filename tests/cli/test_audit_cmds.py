@@ -268,7 +268,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "triton"
 
 
 @pytest.fixture
-def cpu_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Registry, Path]]:
+def cpu_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Registry, Path]]:
     """An embedded registry holding a real CPU certificate of the saxpy example, promoted."""
     import shutil
 
@@ -299,9 +301,7 @@ def cpu_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tu
             report=TargetCreate(hw_class="cpu", environment=dict(report.environment)),
         )  # fmt: skip
     with write_session(engine) as s:
-        promote(
-            session=s, kernel=Digest.parse(report.kernel.source_digest), target="laptops"
-        )
+        promote(session=s, kernel=Digest.parse(report.kernel.source_digest), target="laptops")
     yield Registry(home, engine, _decision_indices(engine)), spec_dir
     engine.dispose()
     dispose_engines()
@@ -329,5 +329,63 @@ def test_rerun_reproduces_every_anchor_then_names_reference_drift(
     result = _run(*args, "--kernel", "saxpy", "--json")
     assert result.exit_code == 1, result.output
     drift = _json(result)["rerun"]
-    assert drift and {d["cause"] for d in drift} == {"reference drift"}
-    assert {d["role"] for d in drift} == {"reference"}
+    causes = {d["cause"] for d in drift}
+    assert "reference drift" in causes
+    # Kernel outputs and inputs are untouched; the certifier skips fresh probes once
+    # fixed ones fail (here: against the drifted reference), which is named too.
+    assert causes <= {"reference drift", "probe not re-run"}
+    assert all(d["role"] == "reference" for d in drift if d["cause"] == "reference drift")
+
+
+@pytest.fixture
+def served(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> Iterator[Registry]:
+    """The same registry behind its HTTP API; the CLI reaches it in-process."""
+    from fastapi.testclient import TestClient
+
+    from kcert.api.app import create_app
+    from kcert.cli import audit_cmds
+    from kcert.log.source import HttpLogSource
+    from kcert.registry.config import Settings
+
+    settings = Settings(
+        home=registry.home, database_url=str(registry.engine.url), admin_token="s3cret-admin"
+    )
+    with TestClient(create_app(settings, engine=registry.engine)) as client:
+        monkeypatch.setattr(
+            audit_cmds,
+            "HttpLogSource",
+            lambda url, **kw: HttpLogSource(url, client=client, **kw),
+        )
+        monkeypatch.setenv("KCERT_TOKEN", "s3cret-admin")
+        yield registry
+
+
+def test_verify_and_replay_a_live_registry_over_http(served: Registry) -> None:
+    url = ("--registry", "http://testserver")
+    assert _run("verify", *url).exit_code == 2  # nothing pinned for this registry yet
+    first = _run("verify", *url, "--trust-on-first-use", "--json")
+    assert first.exit_code == 0, first.output
+    assert _json(first)["log"] == "http://testserver"
+    for index in served.decisions:
+        result = _run("replay", str(index), *url, "--json")
+        assert result.exit_code == 0, result.output
+        body = _json(result)
+        assert body["included"] is True
+        assert [o["status"] for o in body["objects"]] == ["same"]
+    bad = served.decisions[-1]
+    with served.engine.begin() as conn:
+        conn.execute(text("DELETE FROM log_entry WHERE leaf_index = :i"), {"i": bad})
+    result = _run("verify", *url, "--json")
+    assert result.exit_code == 1
+    assert _json(result)["first_bad_index"] == bad
+
+
+def test_replay_of_a_damaged_entry_is_a_finding(registry: Registry) -> None:
+    granted = registry.decisions[0]
+    with registry.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE log_entry SET leaf = :l WHERE leaf_index = :i"), {"l": b"{}", "i": granted}
+        )
+    result = _run("replay", str(granted), "--json")
+    assert result.exit_code == 1
+    assert "cannot be replayed" in _json(result)["error"]["detail"]

@@ -111,6 +111,10 @@ class BufferLayout:
         return count
 
 
+class Unavailable(Exception):
+    """Raised in the child when the executor's stack cannot run here: not the kernel's fault."""
+
+
 class Fault(Exception):
     """Raised inside an executor when the kernel misbehaved; carries the outcome's status."""
 

@@ -24,6 +24,7 @@ from kcert.certify.executors.base import (
     DeviceRun,
     Executor,
     Fault,
+    Unavailable,
     host_dtype,
     scalar_kwargs,
 )
@@ -44,7 +45,10 @@ class CudaExecutor(Executor):
 
         if not artifact:
             raise Fault(RunStatus.LAUNCH_ERROR, "no cubin was given to the CUDA executor")
-        cupy.cuda.Device(0).use()
+        try:
+            cupy.cuda.Device(0).use()
+        except Exception as exc:  # no driver or no device in the child: the machine's problem
+            raise Unavailable(f"CUDA device 0 cannot be used: {exc}") from exc
         try:
             self.module = cupy.cuda.function.Module()
             self.module.load(artifact)

@@ -24,6 +24,7 @@ from kcert.certify.executors.base import (
     DeviceRun,
     Executor,
     Fault,
+    Unavailable,
     describe,
     import_source,
     scalar_kwargs,
@@ -41,8 +42,12 @@ class TritonExecutor(Executor):
         self.fn: Any = None
 
     def load(self, artifact: bytes | None) -> None:
-        import torch  # noqa: F401  (imported before the kernel so its import cost is not the kernel's)
-        import triton  # noqa: F401
+        import torch
+        import triton  # noqa: F401  (imported before the kernel: its cost is not the kernel's)
+
+        if not self.interpret and not torch.cuda.is_available():
+            raise Unavailable(f"torch {torch.__version__} cannot use a GPU here "
+                              "(torch.cuda.is_available() is False)")  # fmt: skip
 
         module = import_source(self.kernel.source, f"kcert_kernel_{self.kernel.name}")
         fn = getattr(module, self.kernel.entry, None)
