@@ -15,6 +15,8 @@ down_revision = "0001_registry"
 branch_labels = None
 depends_on = None
 
+_INDEX = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
 
 def upgrade() -> None:
     state = op.create_table(
@@ -24,7 +26,8 @@ def upgrade() -> None:
     )
     op.create_table(
         "log_entry",
-        sa.Column("leaf_index", sa.BigInteger(), primary_key=True, autoincrement=False),
+        # On SQLite only INTEGER PRIMARY KEY is the rowid itself (one B-tree, not two).
+        sa.Column("leaf_index", _INDEX, primary_key=True, autoincrement=False),
         sa.Column("kind", sa.String(length=64), nullable=False),
         sa.Column("leaf", sa.LargeBinary(), nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
@@ -35,6 +38,8 @@ def upgrade() -> None:
         sa.Column("level", sa.SmallInteger(), primary_key=True, autoincrement=False),
         sa.Column("position", sa.BigInteger(), primary_key=True, autoincrement=False),
         sa.Column("hash", sa.LargeBinary(), nullable=False),
+        # Small rows looked up by their key only: store them in the key's B-tree.
+        sqlite_with_rowid=False,
     )
     # Appends lock this row, so it must exist before the first one.
     op.bulk_insert(state, [{"id": 1, "size": 0}])

@@ -9,8 +9,6 @@ the audit log's public routes.
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -32,15 +30,10 @@ def create_app(
     if migrate_on_start:
         migrate(engine)
 
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
-
     app = FastAPI(
         title="kcert registry",
         version=__version__,
         description="Certificates of GPU kernels, trusted keys, targets, promotions and the gate.",
-        lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.engine = engine

@@ -10,7 +10,7 @@ behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -24,12 +24,12 @@ from kcert.registry.models import Scope
 from kcert.registry.tokens import Principal, authenticate
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:
     engine: Engine = request.app.state.engine
     return engine
 
@@ -68,10 +68,12 @@ def get_principal(
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def require(scope: Scope) -> Callable[[Principal], Principal]:
+def require(scope: Scope) -> Callable[[Principal], Awaitable[Principal]]:
     """A dependency that passes only callers holding ``scope`` (or ``admin``)."""
 
-    def check(principal: PrincipalDep) -> Principal:
+    # Async, like the getters above, because it does no I/O: FastAPI then runs it on
+    # the event loop instead of hopping to a worker thread (the gate is hot).
+    async def check(principal: PrincipalDep) -> Principal:
         principal.require(scope)
         return principal
 

@@ -26,6 +26,7 @@ from kcert.certify.executors.base import host_dtype
 from kcert.certify.minimize import Budget, minimize
 from kcert.certify.probes import (
     Probe,
+    derive_seed,
     draw_seed,
     fixed_probes,
     fresh_probes,
@@ -102,7 +103,7 @@ class _Certifier:
         env = collect_environment(executor)
         hw_class = check_hw_class(options.hw, env.device) if options.hw else env.hw_class
         self.executor = executor
-        build_checks, build, build_record = self._build(executor, hw_class)
+        build_checks, build, build_record = self._build(executor)
         self.say("loading the reference")
         self.reference = Reference(kernel)
         probe_set = fixed_probes(kernel, max_probes=options.max_probes)
@@ -129,7 +130,7 @@ class _Certifier:
                 records = [o.record for o in (*fixed, *fresh_outcomes) if o.record is not None]
                 checks += self._aggregate(fixed, fresh_outcomes, fresh_seed, probe_set.uncovered)
                 if options.minimize:
-                    minimized = self._minimize(fixed, fresh_outcomes)
+                    minimized = self._minimize(fixed, fresh_outcomes, fresh_seed)
                 timing_check, timing_report = self._timing(checks, fixed)
         checks.append(timing_check)
         order = {name: i for i, name in enumerate(CHECK_NAMES)}
@@ -150,8 +151,7 @@ class _Certifier:
 
     # ------------------------------------------------------------------ build
 
-    def _build(self, executor: str,
-               hw_class: str) -> tuple[list[CheckResult], Any, BuildRecord | None]:  # fmt: skip
+    def _build(self, executor: str) -> tuple[list[CheckResult], Any, BuildRecord | None]:
         """``build`` and ``artifact`` checks from lint; the CUDA build the sandbox runs."""
         from kcert.certify.build import DEFAULT_HW, BuildError, CompilerUnavailable, arch_for_hw
         from kcert.certify.lint import lint
@@ -237,39 +237,43 @@ class _Certifier:
 
     # ------------------------------------------------------------------ minimization
 
-    def _minimize(self, fixed: list[_ProbeOutcome],
-                  fresh: list[_ProbeOutcome]) -> dict[str, dict[str, int]]:  # fmt: skip
+    def _minimize(self, fixed: list[_ProbeOutcome], fresh: list[_ProbeOutcome],
+                  fresh_seed: int) -> dict[str, dict[str, int]]:  # fmt: skip
+        """The smallest failing dims of each failing check, within one shared budget."""
         budget = Budget(MINIMIZE_RUNS)
         smallest: dict[str, dict[str, int]] = {}
-        for name in PROBE_CHECKS:
-            failing = next((o for o in (*fixed, *fresh) if name in o.findings), None)
-            if failing is None:
-                continue
-            self.say(f"minimizing the {name} failure of {failing.probe.id}")
 
-            def fails(dims: Mapping[str, int], check: str = name) -> bool:
+        def shrink(name: str, start: Probe, fails: Callable[[_ProbeOutcome], bool],
+                   kind: str = "fixed") -> None:  # fmt: skip
+            self.say(f"minimizing the {name} failure of {start.id}")
+
+            def predicate(dims: Mapping[str, int]) -> bool:
                 try:
                     probe = make_probe(self.kernel, dims)
+                    if kind == "fresh":  # fresh inputs again, derived from the recorded seed
+                        probe = make_probe(self.kernel, dims, kind="fresh", prefix="fresh:",
+                                           seed=derive_seed(fresh_seed, probe.id))  # fmt: skip
                 except SpecError:
                     return False  # the spec cannot launch at these dims: not a smaller failure
                 if probe.elements > self.kernel.probes.max_elements:
                     return False
-                outcome = self._run_probe(probe)
-                return check in outcome.findings
+                return fails(self._run_probe(probe))
 
-            smallest[name] = minimize(failing.probe.dims, self.kernel.dims, fails, budget=budget)
+            smallest[name] = minimize(start.dims, self.kernel.dims, predicate, budget=budget)
+
+        for name in PROBE_CHECKS:
+            failing = next((o for o in fixed if name in o.findings), None)
+            if failing is not None:
+                shrink(name, failing.probe, _fails_check(name))
         crashed = next((o for o in fixed if o.launch is not None), None)
         if crashed is not None and crashed.launch is not None:
+            # a hang costs a whole deadline per try: only crashes and errors are shrunk
             if crashed.launch.status is not RunStatus.TIMEOUT:
-                def crashes(dims: Mapping[str, int]) -> bool:
-                    try:
-                        probe = make_probe(self.kernel, dims)
-                    except SpecError:
-                        return False
-                    return self._run_probe(probe).launch is not None
-
-                smallest["launch"] = minimize(crashed.probe.dims, self.kernel.dims, crashes,
-                                              budget=budget)  # fmt: skip
+                shrink("launch", crashed.probe, lambda o: o.launch is not None)
+        bad_fresh = next((o for o in fresh if o.launch is not None or o.findings), None)
+        if bad_fresh is not None:
+            shrink("fresh-probes", bad_fresh.probe,
+                   lambda o: o.launch is not None or bool(o.findings), kind="fresh")
         return smallest
 
     # ------------------------------------------------------------------ timing
@@ -321,6 +325,10 @@ def _round(values: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
     """The reference answer in the output's dtype (what a perfect kernel would store)."""
     with np.errstate(all="ignore"):
         return np.asarray(values).astype(host_dtype(dtype))
+
+
+def _fails_check(name: str) -> Callable[[_ProbeOutcome], bool]:
+    return lambda outcome: name in outcome.findings
 
 
 def _clean(outcomes: list[_ProbeOutcome]) -> bool:

@@ -142,6 +142,9 @@ def fixed_probes(kernel: KernelSpec, *, max_probes: int | None = None) -> ProbeS
     for corner in itertools.product(*[(values[n][0], values[n][-1]) for n in names]):
         add(dict(zip(names, corner, strict=True)))
 
+    if not chosen:
+        raise kernel.error("probes.max_elements", f"every probe has more than {limit} elements "
+                           "in its buffers; raise the limit or list smaller dims")  # fmt: skip
     covered = {n: {p.dims[n] for p in chosen} for n in names}
     uncovered = {n: tuple(v for v in values[n] if v not in covered[n]) for n in names}
     return ProbeSet(tuple(chosen), {n: v for n, v in uncovered.items() if v})

@@ -70,7 +70,7 @@ class Reference:
         try:
             with np.errstate(all="ignore"):
                 result = self._fn(**kwargs)
-        except Exception as exc:  # the user's code: any failure is reported, none escapes
+        except (Exception, SystemExit) as exc:  # the user's code: reported, never escapes
             raise ReferenceFailure(f"{where} raised {type(exc).__name__}: {exc}") from exc
         return self._outputs(result, launch, where)
 
@@ -138,7 +138,7 @@ def _load_module(path: Path, kernel: KernelSpec) -> ModuleType:
         sys.path.insert(0, folder)
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:  # the user's code: shown as a diagnostic, never a traceback
+        except (Exception, SystemExit) as exc:  # the user's code: a diagnostic, no traceback
             raise ReferenceFailure(
                 f"importing {path.name} (kernel '{kernel.name}', key 'reference') raised "
                 f"{type(exc).__name__}: {exc}"

@@ -27,7 +27,6 @@ are untouched by the candidate's crashes, hangs and corrupted device state.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import pickle
@@ -46,19 +45,26 @@ from typing import IO, Any, Literal
 import numpy as np
 
 import kcert
-from kcert.certify.execution import EXECUTORS, RunJob, RunOutcome, RunStatus
+from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import (
     BufferLayout,
     ExecutorUnavailable,
     NoDeviceError,
     effective_shift,
 )
+from kcert.certify.executors.choice import (
+    check_executor,
+    default_executor,
+    device_arch,
+    gpu_visible,
+)
 from kcert.certify.report import TimingResult
 from kcert.certify.spec import KernelSpec
-from kcert.errors import KcertError, UsageError
+from kcert.errors import KcertError
 
 __all__ = [
-    "ExecutorUnavailable", "NoDeviceError", "Sandbox", "default_executor", "gpu_visible",
+    "ExecutorUnavailable", "NoDeviceError", "Sandbox", "TimingUnavailable", "check_executor",
+    "default_executor", "device_arch", "gpu_visible",
 ]  # fmt: skip
 
 #: How long a fresh worker may take to import its stack and load the kernel.
@@ -72,61 +78,6 @@ class TimingUnavailable(KcertError):
     """Timing was asked of an executor or a build that cannot time."""
 
     kind = "environment"
-
-
-def gpu_visible() -> tuple[bool, str]:
-    """Whether CuPy sees a CUDA device here, and why not when it does not."""
-    try:
-        import cupy
-
-        count = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # no driver, no libcuda, no device: all mean "no GPU"
-        return False, f"CUDA reports: {exc}".strip()
-    if count < 1:
-        return False, "CUDA sees no device"
-    return True, f"{count} device(s)"
-
-
-def default_executor(kernel: KernelSpec) -> str:
-    """What ``--executor auto`` means: CUDA C on the GPU; Triton on the GPU if any, else the CPU."""
-    if kernel.language == "cuda":
-        return "cuda"
-    if not gpu_visible()[0] or importlib.util.find_spec("torch") is None:
-        return "triton-interpreter"
-    import torch  # only here: a GPU is visible, and only a CUDA build of torch can use it
-
-    return "triton" if torch.version.cuda is not None else "triton-interpreter"
-
-
-def device_arch() -> str:
-    """The ``sm_XX`` architecture of device 0."""
-    import cupy
-
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    return f"sm_{props['major']}{props['minor']}"
-
-
-def check_executor(kernel: KernelSpec, executor: str) -> None:
-    """Raise when ``executor`` cannot run ``kernel`` on this machine."""
-    if executor not in EXECUTORS:
-        raise UsageError(f"unknown executor '{executor}'; pick one of auto, {', '.join(EXECUTORS)}")
-    wants = "cuda" if executor == "cuda" else "triton"
-    if kernel.language != wants:
-        raise UsageError(
-            f"kernel '{kernel.name}' is {'CUDA C' if kernel.language == 'cuda' else 'Triton'}; "
-            f"executor '{executor}' runs {'CUDA C' if wants == 'cuda' else 'Triton'} kernels"
-        )
-    if wants == "triton":
-        missing = [m for m in ("triton", "torch") if importlib.util.find_spec(m) is None]
-        if missing:
-            raise ExecutorUnavailable(
-                f"executor '{executor}' needs {' and '.join(missing)}; "
-                "install them with: pip install 'kcert[triton]'"
-            )
-    if executor != "triton-interpreter":
-        visible, detail = gpu_visible()
-        if not visible:
-            raise NoDeviceError(executor, detail)
 
 
 class Sandbox:
@@ -407,6 +358,8 @@ class Sandbox:
         the kernel crashed, hung or raised while being timed. Raises
         :class:`TimingUnavailable` on the interpreter or without a baseline.
         """
+        if which not in ("kernel", "baseline"):
+            raise ValueError(f"which must be 'kernel' or 'baseline', not {which!r}")
         if self.executor == "triton-interpreter":
             raise TimingUnavailable(
                 "timing needs a GPU: the Triton interpreter runs kernels on the CPU one program "

@@ -23,6 +23,7 @@ import json
 import os
 import pickle
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -113,6 +114,11 @@ def serve(inbox: Connection, outbox: Connection) -> int:
         _send(outbox, {"op": "ready", "ok": False, "status": "environment",
                        "message": f"the executor {what}: {exc}"})  # fmt: skip
         return 0
+    except Exception as exc:  # anything else while loading is the kernel's or the artifact's
+        failure = describe(exc, "loading the kernel")
+        _send(outbox, {"op": "ready", "ok": False, "status": str(failure.status),
+                       "message": failure.message})  # fmt: skip
+        return 0
     _send(outbox, {"op": "ready", "ok": True})
     while True:
         try:
@@ -147,9 +153,20 @@ def serve(inbox: Connection, outbox: Connection) -> int:
             return 3
 
 
+def _watch_parent(parent: int) -> None:
+    """Exit when the certifier dies, even while a kernel hangs: nobody would reap us."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(70)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     read_fd, write_fd = int(args[0]), int(args[1])
+    # a thread, not PR_SET_PDEATHSIG: that signal follows the parent *thread*, and a
+    # certifier may run in a worker thread that ends long before the sandbox does
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     # a segfault prints the Python stack to stderr, which the parent shows in the outcome
     faulthandler.enable(all_threads=False)
     inbox = Connection(read_fd, writable=False)

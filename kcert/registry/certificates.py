@@ -58,6 +58,7 @@ def store_certificate(*, session: Session, envelope: Envelope) -> CertificateSto
         verified = verify_envelope(envelope, trusted_public_keys(session))
     except VerificationError as exc:
         raise CertificateRejected(_rejection(session, envelope, exc)) from exc
+    _check_fits(verified.kernel_name, verified.hw_class, str(verified.verdict))
     predicate = verified.predicate
     environment = dict(predicate.get("environment", {}).get("fields", {}))
     row = Certificate(
@@ -170,6 +171,18 @@ def _public_fields(session: Session, row: Certificate) -> dict[str, Any]:
         "revoked_at": as_utc(row.revoked_at) if row.revoked_at else None,
         "revoke_reason": row.revoke_reason,
     }
+
+
+def _check_fits(kernel_name: str, hw_class: str, verdict: str) -> None:
+    """Refuse (rather than fail to store) a signed certificate whose fields exceed the schema."""
+    for what, value, limit in (
+        ("kernel name", kernel_name, 256), ("hardware class", hw_class, 64),
+        ("verdict", verdict, 16),
+    ):  # fmt: skip
+        if not value or len(value) > limit:
+            raise CertificateRejected(
+                f"the certificate's {what} is empty or longer than {limit} characters"
+            )
 
 
 def _certificate_key(text: str) -> str:

@@ -14,12 +14,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import Row, and_, update
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from kcert.digest import Digest
 from kcert.registry import audit
-from kcert.registry.environment import certificate_fingerprint
+from kcert.registry.environment import fingerprint_over
 from kcert.registry.errors import PromotionDenied
 from kcert.registry.models import (
     Certificate,
@@ -50,6 +51,28 @@ def lock_target(session: Session, name: str) -> Target | None:
     return session.exec(select(Target).where(Target.name == name).with_for_update()).first()
 
 
+_certificate = Certificate.__table__  # type: ignore[attr-defined]
+_subject = CertificateSubject.__table__  # type: ignore[attr-defined]
+_key = TrustedKey.__table__  # type: ignore[attr-defined]
+_target = Target.__table__  # type: ignore[attr-defined]
+_promotion = Promotion.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class TargetState:
+    """What a decision needs of a target."""
+
+    hw_class: str
+    fingerprint: str
+    drift_fields: list[str] | None
+
+    @classmethod
+    def of(cls, target: Target | None) -> TargetState | None:
+        if target is None:
+            return None
+        return cls(target.hw_class, target.fingerprint, target.drift_fields)
+
+
 def kernel_certificates(session: Session, kernel: str) -> list[Certificate]:
     """Every certificate with ``kernel`` among its subjects, newest first (ties by id)."""
     statement = (
@@ -61,8 +84,33 @@ def kernel_certificates(session: Session, kernel: str) -> list[Certificate]:
     return list(session.exec(statement).all())
 
 
+def _candidate_rows(session: Session, kernel: str, *, environment: bool) -> Sequence[Row[Any]]:
+    """One indexed query: the kernel's certificates (subject index) with their signers' state.
+
+    Core SQL rather than ORM objects: the gate runs this on every deploy.
+    """
+    columns = [
+        _certificate.c.id, _certificate.c.keyid, _certificate.c.verdict,
+        _certificate.c.hw_class, _certificate.c.fingerprint, _certificate.c.revoked_at,
+        _key.c.keyid.label("key_known"), _key.c.revoked_at.label("key_revoked_at"),
+    ]  # fmt: skip
+    if environment:
+        columns.append(_certificate.c.environment)
+    statement = (
+        sa_select(*columns)
+        .select_from(
+            _subject.join(_certificate, _certificate.c.id == _subject.c.certificate_id).outerjoin(
+                _key, _key.c.keyid == _certificate.c.keyid
+            )
+        )
+        .where(_subject.c.digest == kernel)
+        .order_by(_certificate.c.created_at.desc(), _certificate.c.id)
+    )
+    return session.connection().execute(statement).all()
+
+
 def gather_inputs(
-    session: Session, *, kernel: str, target_name: str, target: Target | None,
+    session: Session, *, kernel: str, target_name: str, target: TargetState | None,
     full_key_set: bool,
 ) -> PromotionInputs:  # fmt: skip
     """Read what the policy needs for (kernel, target).
@@ -72,31 +120,29 @@ def gather_inputs(
     keys that signed a candidate, which is all the decision depends on and keeps
     the gate to indexed lookups.
     """
-    certificates = kernel_certificates(session, kernel)
-    signer_ids = sorted({c.keyid for c in certificates})
-    signers = (
-        session.exec(select(TrustedKey).where(col(TrustedKey.keyid).in_(signer_ids))).all()
-        if signer_ids
-        else []
-    )
-    revoked_keys = tuple(sorted(k.keyid for k in signers if k.revoked_at is not None))
-    if full_key_set:
-        trusted = session.exec(
-            select(TrustedKey.keyid).where(col(TrustedKey.revoked_at).is_(None))
-        ).all()
-        trusted_keys = tuple(sorted(trusted))
-    else:
-        trusted_keys = tuple(sorted(k.keyid for k in signers if k.revoked_at is None))
     drift_fields = target.drift_fields if target is not None else None
+    rows = _candidate_rows(session, kernel, environment=bool(drift_fields))
+    revoked_keys = tuple(sorted({r.keyid for r in rows if r.key_revoked_at is not None}))
+    if full_key_set:
+        trusted = session.connection().execute(
+            sa_select(_key.c.keyid).where(_key.c.revoked_at.is_(None))
+        )
+        trusted_keys = tuple(sorted(trusted.scalars()))
+    else:
+        trusted_keys = tuple(
+            sorted({r.keyid for r in rows if r.key_known and r.key_revoked_at is None})
+        )
     candidates = tuple(
         Candidate(
-            id=c.id,
-            keyid=c.keyid,
-            verdict=c.verdict,
-            hw_class=c.hw_class,
-            fingerprint=certificate_fingerprint(c, drift_fields),
+            id=r.id,
+            keyid=r.keyid,
+            verdict=r.verdict,
+            hw_class=r.hw_class,
+            fingerprint=fingerprint_over(
+                r.fingerprint, r.environment if drift_fields else None, drift_fields
+            ),
         )
-        for c in certificates
+        for r in rows
     )
     return PromotionInputs(
         kernel=kernel,
@@ -105,27 +151,46 @@ def gather_inputs(
         target_fingerprint=target.fingerprint if target is not None else None,
         trusted_keys=trusted_keys,
         revoked_keys=revoked_keys,
-        revoked_certificates=tuple(sorted(c.id for c in certificates if c.revoked_at)),
+        revoked_certificates=tuple(sorted(r.id for r in rows if r.revoked_at is not None)),
         candidates=candidates,
     )
 
 
 def gate(*, session: Session, kernel: Digest, target: str) -> Decision:
-    """May ``kernel`` run on ``target`` now? Read-only; never logs."""
+    """May ``kernel`` run on ``target`` now? Read-only; never logs; two indexed queries."""
     kernel_id = str(kernel)
-    target_row = session.get(Target, target)
-    inputs = gather_inputs(
-        session, kernel=kernel_id, target_name=target, target=target_row, full_key_set=False
+    row = (
+        session.connection()
+        .execute(
+            sa_select(
+                _target.c.hw_class,
+                _target.c.fingerprint,
+                _target.c.drift_fields,
+                _promotion.c.status,
+                _promotion.c.suspend_reason,
+            )  # fmt: skip
+            .select_from(
+                _target.outerjoin(
+                    _promotion,
+                    and_(
+                        _promotion.c.target_name == _target.c.name, _promotion.c.kernel == kernel_id
+                    ),
+                )  # fmt: skip
+            )
+            .where(_target.c.name == target)
+        )
+        .first()
     )
-    promotion = session.exec(
-        select(Promotion).where(Promotion.kernel == kernel_id, Promotion.target_name == target)
-    ).first()
-    state = (
-        PromotionState(status=promotion.status, reason=promotion.suspend_reason)
-        if promotion is not None
+    state = TargetState(row.hw_class, row.fingerprint, row.drift_fields) if row else None
+    inputs = gather_inputs(
+        session, kernel=kernel_id, target_name=target, target=state, full_key_set=False
+    )
+    promotion = (
+        PromotionState(status=row.status, reason=row.suspend_reason)
+        if row is not None and row.status is not None
         else None
     )
-    return decide_gate(inputs, state)
+    return decide_gate(inputs, promotion)
 
 
 def decision_payload(inputs: PromotionInputs, decision: Decision, **extra: Any) -> dict[str, Any]:
@@ -138,8 +203,9 @@ def promote(*, session: Session, kernel: Digest, target: str) -> PromotionPublic
     kernel_id = str(kernel)
     target_row = lock_target(session, target)
     inputs = gather_inputs(
-        session, kernel=kernel_id, target_name=target, target=target_row, full_key_set=True
-    )
+        session, kernel=kernel_id, target_name=target, target=TargetState.of(target_row),
+        full_key_set=True,
+    )  # fmt: skip
     decision = decide_promotion(inputs)
     kind = audit.PROMOTION_GRANTED if decision.allow else audit.PROMOTION_DENIED
     log_index = audit.record_event(session, kind, decision_payload(inputs, decision))
@@ -207,13 +273,13 @@ def recheck_promotions(
     change is written, so the inputs read here are the new state.
     """
     suspended: list[Suspension] = []
-    targets: dict[str, Target | None] = {}
+    targets: dict[str, TargetState | None] = {}
     for promotion in promotions:
         if promotion.status != PromotionStatus.ACTIVE:
             continue
         name = promotion.target_name
         if name not in targets:
-            targets[name] = session.get(Target, name)
+            targets[name] = TargetState.of(session.get(Target, name))
         inputs = gather_inputs(
             session, kernel=promotion.kernel, target_name=name, target=targets[name],
             full_key_set=True,

@@ -31,13 +31,20 @@ def target_fingerprint(environment: Mapping[str, Any], drift_fields: Sequence[st
 
 def certificate_fingerprint(certificate: Certificate, drift_fields: Sequence[str] | None) -> str:
     """The certificate's fingerprint over ``drift_fields``; its recorded one for the default set."""
+    return fingerprint_over(certificate.fingerprint, certificate.environment, drift_fields)
+
+
+def fingerprint_over(
+    recorded: str, environment: Mapping[str, Any] | None, drift_fields: Sequence[str] | None
+) -> str:
+    """A certificate's fingerprint (``recorded`` over the default fields) over ``drift_fields``."""
     if not drift_fields:
-        return certificate.fingerprint
+        return recorded
     try:
-        return target_fingerprint(certificate.environment, drift_fields)
+        return target_fingerprint(environment or {}, drift_fields)
     except InvalidInput:
         # The certificate lacks a field the target drifts on: it cannot match any report.
-        return f"unfingerprintable: {certificate.fingerprint}"
+        return f"unfingerprintable: {recorded}"
 
 
 def normalized_drift_fields(names: Sequence[str] | None) -> list[str] | None:

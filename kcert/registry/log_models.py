@@ -31,7 +31,11 @@ class LogEntry(SQLModel, table=True):
 
     __tablename__ = "log_entry"
 
-    leaf_index: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    leaf_index: int = Field(
+        sa_column=Column(
+            BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=False
+        )
+    )
     kind: str = Field(sa_column=Column(String(64), nullable=False, index=True))
     leaf: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
     recorded_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
@@ -41,6 +45,7 @@ class LogNode(SQLModel, table=True):
     """The hash of the complete perfect subtree ``(level, position)``; level 0 holds leaf hashes."""
 
     __tablename__ = "log_node"
+    __table_args__ = {"sqlite_with_rowid": False}
 
     level: int = Field(sa_column=Column(SmallInteger, primary_key=True, autoincrement=False))
     position: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))

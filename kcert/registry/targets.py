@@ -16,14 +16,14 @@ or the database write lock (SQLite), so no report overwrites another unseen.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from kcert.digest import Digest
+from kcert.digest import Digest, DigestError
 from kcert.registry import audit
 from kcert.registry.decisions import lock_target, recheck_promotions
 from kcert.registry.environment import (
@@ -68,6 +68,11 @@ def report_target(*, session: Session, name: str, report: TargetCreate) -> Targe
         )
     drift_fields = normalized_drift_fields(report.drift_fields)
     new_fp = target_fingerprint(report.environment, drift_fields)
+    try:
+        # Checked before any write: the log records this digest of the whole environment.
+        Digest.of_json(dict(report.environment))
+    except DigestError as exc:
+        raise InvalidInput(f"the environment cannot be recorded: {exc.diagnostics()}") from exc
     target = lock_target(session, name)
     if target is None:
         target = _create(session, name, report, drift_fields, new_fp)
@@ -240,12 +245,8 @@ def _report_payload(target: Target, previous: str | None) -> dict[str, Any]:
         "fingerprint": target.fingerprint,
         "previous_fingerprint": previous,
         "drift_fields": target.drift_fields,
-        "environment_digest": str(Digest.of_json(_jsonable(target.environment))),
+        "environment_digest": str(Digest.of_json(dict(target.environment))),
     }
-
-
-def _jsonable(value: Mapping[str, Any]) -> dict[str, Any]:
-    return {str(k): v for k, v in value.items()}
 
 
 def _valid_certificates(session: Session, target: Target) -> list[Certificate]:

@@ -62,8 +62,12 @@ def test_the_flow_through_the_api(
     assert granted.status_code == 201, granted.text
     assert granted.json()["certificate"] == cert.id
 
+    size = client.get("/v1/log/entries", params={"start": 0, "end": 1}).json()["tree_size"]
     gate = client.get("/v1/gate", params=promo, headers=admin)
     assert gate.status_code == 200
+    # The gate is read-only: answering it writes nothing, not even a log leaf.
+    after = client.get("/v1/log/entries", params={"start": 0, "end": 1}).json()["tree_size"]
+    assert after == size
     assert gate.json() == {"allow": True, "certificate": cert.id, "reasons": gate.json()["reasons"]}
 
     drifted = {"hw_class": "H100", "environment": gpu_environment(cuda_runtime="13.1")}

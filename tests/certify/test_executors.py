@@ -116,8 +116,11 @@ def test_shifts_are_rounded_to_16_bytes() -> None:
 def test_the_parent_accepts_only_well_formed_timing_results() -> None:
     good = {"median_ms": 1.0, "p99_ms": 2.0, "min_ms": 0.5, "cv": 0.1, "runs": 10}
     assert _timing_result(good) == TimingResult(1.0, 2.0, 0.5, 0.1, 10)
-    for bad in (None, [], {**good, "runs": 1.5}, {**good, "extra": 1}, {**good, "cv": "0.1"},
-                {k: v for k, v in good.items() if k != "p99_ms"}, {**good, "runs": True}):
+    bads: tuple[object, ...] = (
+        None, [], {**good, "runs": 1.5}, {**good, "extra": 1}, {**good, "cv": "0.1"},
+        {k: v for k, v in good.items() if k != "p99_ms"}, {**good, "runs": True},
+    )  # fmt: skip
+    for bad in bads:
         assert _timing_result(bad) is None
 
 

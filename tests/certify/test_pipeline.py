@@ -65,6 +65,15 @@ def add_broken(x, y, out, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def add_tuned(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    s = tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask)
+    tested = (n == 1) | (n == 300)
+    tl.store(out + offs, tl.where(tested, s, s * 0.99), mask=mask)
+
+
+@triton.jit
 def add_hangs(x, y, out, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     i = n * 0
@@ -119,6 +128,9 @@ def kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, KernelSpec]:
     (folder / "reference.py").write_text(textwrap.dedent(REFERENCE))
     spec = "".join(SPEC_ENTRY.format(name=n, entry=e, reference=r)
                    for n, (e, r) in ENTRIES.items())  # fmt: skip
+    # the fixed probes are capped to the two sizes the tuned kernel gets right
+    tuned = SPEC_ENTRY.format(name="tuned", entry="add_tuned", reference="add")
+    spec += tuned.replace("probes = { fresh = 2 }", "probes = { fresh = 4, max_probes = 2 }")
     (folder / "kcert.toml").write_text(spec)
     return {k.name: k for k in load_spec(folder / "kcert.toml").kernels}
 
@@ -171,6 +183,18 @@ def test_each_bug_fails_its_own_check_and_is_minimized(
     assert result.probe is not None and result.probe in result.details["failed_probes"]
     assert status(report)["fresh-probes"] is Status.SKIP
     assert report.minimized == {check: {"n": smallest}}
+
+
+def test_a_kernel_tuned_to_the_fixed_probes_fails_fresh_probes(
+    kernels: dict[str, KernelSpec],
+) -> None:
+    report = run(kernels["tuned"])
+    failed = {n for n, s in status(report).items() if s is Status.FAIL}
+    assert failed == {"fresh-probes"}
+    fresh = next(c for c in report.checks if c.name == "fresh-probes")
+    assert fresh.message.startswith("correctness") and fresh.details["seed"] == 7
+    assert fresh.probe is not None and fresh.probe.startswith("fresh")
+    assert report.minimized == {"fresh-probes": {"n": 2}}
 
 
 def test_a_kernel_that_does_not_build_fails_build(kernels: dict[str, KernelSpec]) -> None:

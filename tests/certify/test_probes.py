@@ -16,7 +16,7 @@ from kcert.certify.probes import (
     make_inputs,
     make_probe,
 )  # fmt: skip
-from kcert.certify.spec import KernelSpec, parse_spec
+from kcert.certify.spec import KernelSpec, SpecError, parse_spec
 
 
 def make_kernel(tmp_path: Path, args: dict[str, str], dims: dict[str, list[int]],
@@ -125,3 +125,10 @@ def test_fresh_probes_come_from_their_seed(matmul: KernelSpec) -> None:
         fixed = make_probe(matmul, probe.dims)
         assert not np.array_equal(make_inputs(matmul, probe)["a"], make_inputs(matmul, fixed)["a"])
     assert all(0 <= p.seed < 2**SEED_BITS for p in (*one, *fixed_probes(matmul).probes))
+
+
+def test_a_probe_set_that_would_be_empty_is_a_spec_error(tmp_path: Path) -> None:
+    kernel = make_kernel(tmp_path, {"x": "in f32[n]", "y": "out f32[n]"}, {"n": [100, 200]},
+                         probes={"max_elements": 10})
+    with pytest.raises(SpecError, match="max_elements"):
+        fixed_probes(kernel)

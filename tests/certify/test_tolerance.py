@@ -184,3 +184,10 @@ def test_integer_outputs_are_exact(tmp_path: Path) -> None:
 
     assert violations(kernel, ref, {"x": x}, {"y": x * 2}, {"n": 10}) == 0
     assert violations(kernel, ref, {"x": x}, {"y": x * 2 + 1}, {"n": 10}) == 10
+
+
+def test_long_reduction_scaled_by_1e_3_fails(rowsum_kernel: KernelSpec) -> None:
+    x = np.random.default_rng(9).standard_normal((8, 100_000)).astype(np.float32)
+    got = x.sum(axis=1, dtype=np.float32) * np.float32(1 + 1e-3)
+    assert violations(rowsum_kernel, rowsum_ref, {"x": x}, {"out": got},
+                      {"m": 8, "n": 100_000}) >= 6

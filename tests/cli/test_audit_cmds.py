@@ -341,6 +341,7 @@ def test_rerun_reproduces_every_anchor_then_names_reference_drift(
 def served(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> Iterator[Registry]:
     """The same registry behind its HTTP API; the CLI reaches it in-process."""
     from fastapi.testclient import TestClient
+    from pydantic import SecretStr
 
     from kcert.api.app import create_app
     from kcert.cli import audit_cmds
@@ -348,7 +349,9 @@ def served(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> Iterator[Regi
     from kcert.registry.config import Settings
 
     settings = Settings(
-        home=registry.home, database_url=str(registry.engine.url), admin_token="s3cret-admin"
+        home=registry.home,
+        database_url=str(registry.engine.url),
+        admin_token=SecretStr("s3cret-admin"),
     )
     with TestClient(create_app(settings, engine=registry.engine)) as client:
         monkeypatch.setattr(

@@ -244,3 +244,43 @@ def test_target_report_reads_this_machine_by_default(setup: Setup) -> None:
     reported = kcert_json("target", "report", "here", "--hw", "cpu")
     assert reported["environment"]["device_kind"] in ("cpu", "gpu")
     assert reported["fingerprint"].startswith("sha256:")
+
+
+def test_kcert_serve_runs_the_api_with_the_admin_token(tmp_path: Path) -> None:
+    """The real console script: migrate on start, serve /openapi.json, honour the token."""
+    import os
+    import shutil
+    import subprocess
+
+    import httpx
+
+    exe = shutil.which("kcert")
+    if exe is None:
+        pytest.skip("the kcert console script is not on PATH")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCERT_")}
+    env.update(KCERT_HOME=str(tmp_path / "served"), KCERT_ADMIN_TOKEN=ADMIN)
+    proc = subprocess.Popen(
+        [exe, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                spec = httpx.get(f"{base}/openapi.json", timeout=2)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        assert "/v1/gate" in spec.json()["paths"]
+        assert httpx.get(f"{base}/v1/keys", timeout=5).status_code == 401
+        keys = httpx.get(f"{base}/v1/keys", headers={"Authorization": f"Bearer {ADMIN}"})
+        assert keys.status_code == 200 and keys.json() == []
+        assert (tmp_path / "served" / "registry.db").is_file()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert ADMIN.encode() not in err  # the token never reaches the server's output

@@ -277,3 +277,13 @@ def test_write_sessions_roll_back_with_their_log_leaf(engine: Engine) -> None:
         audit.record_event(session, "key.trusted", {"keyid": "x"})
         session.rollback()
     assert log_kinds(engine) == []
+
+
+def test_a_signed_certificate_with_oversized_fields_is_refused_not_a_server_error(
+    registry: EmbeddedRegistry, signing_key: Ed25519PrivateKey
+) -> None:
+    """PostgreSQL enforces column lengths; the registry must refuse first, with a reason."""
+    trust(registry, signing_key)
+    cert = make_certificate(signing_key, hw_class="H" * 100)
+    with pytest.raises(CertificateRejected, match="hardware class"):
+        registry.push(cert.envelope)
