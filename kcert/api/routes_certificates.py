@@ -40,6 +40,9 @@ def push_certificate(
     """Store a DSSE certificate: 201 when new, 200 when it was already here."""
     envelope = certificates.envelope_from_json(body.envelope())
     stored = certificates.store_certificate(session=session, envelope=envelope)
+    # The answer's reads reopened a transaction (on SQLite: the write lock); end it here, not
+    # at dependency teardown, or 50 concurrent pushes convoy on the lock (issue 8).
+    session.commit()
     if not stored.created:
         response.status_code = status.HTTP_200_OK
     return stored

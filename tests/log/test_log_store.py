@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from conftest import apply_log_migration
+from log_db import apply_log_migration
 from sqlalchemy import Engine, event, text
 
 from kcert.log import merkle

@@ -37,7 +37,9 @@ def server_factory(tmp_path: Path) -> Iterator[list[RegistryServer]]:
 
 
 @pytest.fixture
-def server(tmp_path: Path, database_url: str, server_factory: list[RegistryServer]) -> RegistryServer:
+def server(
+    tmp_path: Path, database_url: str, server_factory: list[RegistryServer]
+) -> RegistryServer:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     srv = RegistryServer(home, database_url)

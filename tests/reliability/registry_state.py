@@ -48,8 +48,17 @@ def _rows(url: str, sql: str) -> list[Any]:
 def leaves(url: str) -> dict[int, dict[str, Any]]:
     """Every leaf, parsed, by index."""
     return {
-        int(i): json.loads(bytes(leaf)) for i, leaf in _rows(url, "SELECT leaf_index, leaf FROM log_entry")
+        int(i): json.loads(bytes(leaf))
+        for i, leaf in _rows(url, "SELECT leaf_index, leaf FROM log_entry")
     }
+
+
+def _grant(leaf: dict[str, Any] | None, kernel: str, target: str) -> bool:
+    """Whether ``leaf`` is the grant of ``kernel`` to ``target``."""
+    if leaf is None or leaf["kind"] != "promotion.granted":
+        return False
+    inputs = leaf["payload"]["inputs"]
+    return bool(inputs["kernel"] == kernel and inputs["target"] == target)
 
 
 def check_consistent(server: RegistryServer, acked: Acknowledged,
@@ -81,16 +90,13 @@ def check_consistent(server: RegistryServer, acked: Acknowledged,
     subjects = _rows(url, "SELECT certificate_id FROM certificate_subject")
     if {s[0] for s in subjects} - certs:
         problems.append("subject rows name certificates that are not stored")
-    if certs - {s[0] for s in subjects}:
-        problems.append(f"certificates without subject rows: {sorted(certs - {s[0] for s in subjects})}")
+    if bare := certs - {s[0] for s in subjects}:
+        problems.append(f"certificates without subject rows: {sorted(bare)}")
     if missing := acked.certificates - certs:
         problems.append(f"acknowledged certificates lost: {sorted(missing)}")
 
     for kernel, target, index in acked.promotions:
-        leaf = log.get(index)
-        if leaf is None or leaf["kind"] != "promotion.granted" or \
-                leaf["payload"]["inputs"]["kernel"] != kernel or \
-                leaf["payload"]["inputs"]["target"] != target:  # fmt: skip
+        if not _grant(log.get(index), kernel, target):
             problems.append(f"granted promotion of {kernel} to {target} is not leaf {index}")
     for index in acked.denials:
         if log.get(index, {}).get("kind") != "promotion.denied":
@@ -98,9 +104,7 @@ def check_consistent(server: RegistryServer, acked: Acknowledged,
     for kernel, target, status, log_index in _rows(
         url, "SELECT kernel, target_name, status, log_index FROM promotion"
     ):
-        leaf = log.get(log_index) if log_index is not None else None
-        if leaf is None or leaf["kind"] != "promotion.granted" or \
-                leaf["payload"]["inputs"]["kernel"] != kernel:  # fmt: skip
+        if log_index is None or not _grant(log.get(log_index), kernel, target):
             problems.append(f"promotion row {kernel}/{target} ({status}) has no grant leaf")
     suspended = _rows(url, "SELECT count(*) FROM promotion WHERE status = 'suspended'")[0][0]
     if suspended > kinds["promotion.suspended"]:
@@ -108,12 +112,15 @@ def check_consistent(server: RegistryServer, acked: Acknowledged,
                         f"{kinds['promotion.suspended']} suspension leaves")  # fmt: skip
     stale = _rows(url, "SELECT count(*) FROM stale_certificate")[0][0]
     if stale != kinds["certificate.invalidated"]:
-        problems.append(f"{stale} stale marks, {kinds['certificate.invalidated']} invalidation leaves")
+        problems.append(
+            f"{stale} stale marks, {kinds['certificate.invalidated']} invalidation leaves"
+        )
+    latest = dict(_rows(url, "SELECT target_name, max(generation) FROM target_history "
+                             "GROUP BY target_name"))  # fmt: skip
     for name, generation in _rows(url, "SELECT name, generation FROM target"):
-        history = _rows(url, f"SELECT max(generation) FROM target_history WHERE target_name = '{name}'")
-        if history[0][0] != generation:
+        if latest.get(name) != generation:
             problems.append(f"target {name} is at generation {generation}, "
-                            f"its history at {history[0][0]}")  # fmt: skip
+                            f"its history at {latest.get(name)}")  # fmt: skip
     generations = dict(_rows(url, "SELECT name, generation FROM target"))
     for target, generation in acked.reports:
         if generations.get(target, 0) < generation:

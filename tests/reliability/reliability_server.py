@@ -45,8 +45,11 @@ def _serve_command(port: int) -> list[str]:
 class RegistryServer:
     """One ``kcert serve`` process over one database; it can be killed and started again."""
 
-    def __init__(self, home: Path, database_url: str) -> None:
+    def __init__(
+        self, home: Path, database_url: str, *, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.home = home
+        self.extra_env = dict(extra_env or {})
         self.database_url = database_url
         self.admin_token = "kcert_reliability_admin_" + secrets.token_hex(16)
         self.port = _free_port()
@@ -64,6 +67,7 @@ class RegistryServer:
             "KCERT_HOME": str(self.home),
             "KCERT_DATABASE_URL": self.database_url,
             "KCERT_ADMIN_TOKEN": self.admin_token,
+            **self.extra_env,
         }
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(

@@ -17,9 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
-
 from reliability_server import RegistryServer
+from sqlalchemy import create_engine, text
 
 DIGEST = "sha256:" + "ab" * 32
 KEYID = "cd" * 32
