@@ -483,6 +483,8 @@ def loadgen(port: int, paths: Sequence[str], token: str, work: Path, *, mode: st
 class Figures:
     saturation: LoadResult
     at_load: LoadResult
+    #: Open loop at 80% of this server's own saturation (its tail when not overloaded).
+    at_own_load: LoadResult | None = None
 
 
 def measure(port: int, paths: Sequence[str], token: str, args: argparse.Namespace, work: Path,
@@ -539,10 +541,13 @@ def run(args: argparse.Namespace) -> int:
             say(f"registry: {' '.join(cmd)}")
             with served(cmd, env, port, work / "gate.log"):
                 gate_sat, gate_open = measure(port, paths, token, args, work, rate)
+                gate_own = loadgen(port, paths, token, work, mode="open",
+                                   duration=args.duration, connections=args.connections,
+                                   rate=LOAD_FRACTION * gate_sat.rps)  # fmt: skip
             assert gate_open is not None
-            problems = [r for r in (bare_sat, gate_sat, bare_open, gate_open)
+            problems = [r for r in (bare_sat, gate_sat, bare_open, gate_open, gate_own)
                         if r.errors or r.non_2xx]  # fmt: skip
-    report(args, plan, Figures(bare_sat, bare_open), Figures(gate_sat, gate_open), rate)
+    report(args, plan, Figures(bare_sat, bare_open), Figures(gate_sat, gate_open, gate_own), rate)
     if problems:
         say("some requests failed or were answered with non-2xx: see the table")
         return 2
@@ -564,8 +569,12 @@ def report(args: argparse.Namespace, plan: Plan, bare: Figures, gate: Figures,
         (f"bare, open loop {rate:.0f}/s", bare.at_load),
         (f"gate, open loop {rate:.0f}/s", gate.at_load),
     ]
+    if gate.at_own_load is not None:
+        own = gate.at_own_load.offered_rps
+        rows.append((f"gate, open loop {own:.0f}/s*", gate.at_own_load))
     for name, r in rows:
         print(f"{name:26}{r.rps:10.0f}{r.p50_ms:9.2f}{r.p99_ms:9.2f}{r.errors + r.non_2xx:8d}")
+    print("* 80% of the gate's own saturation: its tail latency when it is not overloaded")
     ratio = gate.saturation.rps / bare.saturation.rps if bare.saturation.rps else 0.0
     p50 = gate.saturation.p50_ms / bare.saturation.p50_ms if bare.saturation.p50_ms else 0.0
     p99 = gate.saturation.p99_ms / bare.saturation.p99_ms if bare.saturation.p99_ms else 0.0
@@ -573,12 +582,13 @@ def report(args: argparse.Namespace, plan: Plan, bare: Figures, gate: Figures,
         f"gate/bare: throughput {ratio:.2f} (goal >= {GATE_GOAL_RATIO}), "
         f"p50 {p50:.2f}x, p99 {p99:.2f}x"
     )
-    for name, r in (("bare", bare.at_load), ("gate", gate.at_load)):
-        if r.rps < 0.95 * rate and name == "bare":
-            print(
-                f"note: the load generator delivered only {r.rps:.0f}/s of {rate:.0f}/s to the "
-                "bare endpoint; on this machine the client, not the server, set that limit"
-            )
+    if bare.at_load.rps < 0.95 * rate:
+        # The bare endpoint keeps up at 80% of its own saturation; if it did not get the
+        # offered rate, the Python load generator (sharing the CPUs) was the limit.
+        print(
+            f"note: the load generator delivered only {bare.at_load.rps:.0f}/s of {rate:.0f}/s "
+            "to the bare endpoint: on this machine the client, not the server, set that limit"
+        )
     ok = "met" if gate.at_load.p99_ms < P99_GOAL_MS else "MISSED"
     print(
         f"gate p99 at {LOAD_FRACTION:.0%} of bare saturation ({rate:.0f}/s offered, "

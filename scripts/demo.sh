@@ -29,7 +29,8 @@ kernel=$(kcert verify "$KCERT_HOME/saxpy.cert.json" --key "$KCERT_HOME/signing.k
 kcert keys trust "$KCERT_HOME/signing.key.pub" --name demo
 kcert push "$KCERT_HOME/saxpy.cert.json"
 kcert target report demo-fleet --hw cpu
-kcert promote --kernel "$kernel" --target demo-fleet
+json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+granted=$(kcert promote --kernel "$kernel" --target demo-fleet --json | json_field log_index)
 kcert gate --kernel "$kernel" --target demo-fleet
 
 step "drift: the fleet reports a different environment; the gate now denies"
@@ -42,9 +43,13 @@ kcert target report demo-fleet --hw cpu --environment "$KCERT_HOME/drifted.json"
 if kcert gate --kernel "$kernel" --target demo-fleet; then
   echo "demo: the gate allowed a kernel after drift" >&2; exit 1
 fi
+# Promoting again is refused (exit 1) until the kernel is certified for the new environment.
+denied=$(kcert promote --kernel "$kernel" --target demo-fleet --json | json_field log_index || true)
+[ -n "$denied" ] || { echo "demo: promotion after drift was not refused" >&2; exit 1; }
 
 step "the audit log: verify every entry against the signed checkpoint, replay a decision"
 kcert audit verify --trust-on-first-use
-kcert audit replay 0 >/dev/null || true
+kcert audit replay "$granted"
+kcert audit replay "$denied"
 echo
 echo "demo: done; state in KCERT_HOME=$KCERT_HOME" >&2
