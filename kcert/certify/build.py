@@ -25,37 +25,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from kcert.certify.environment import HW_CLASSES
 from kcert.certify.report import BuildRecord, Resources
 from kcert.certify.spec import KernelSpec
 from kcert.digest import Digest
 from kcert.errors import KcertError
 
 #: Compute architecture per hardware class (``--hw``), for ``--arch``'s default.
+#: ``sm_XX`` of every GPU class, from the one hardware table in ``environment``.
 HW_ARCH: Mapping[str, str] = {
-    "H100": "sm_90",
-    "H200": "sm_90",
-    "GH200": "sm_90",
-    "H800": "sm_90",
-    "H20": "sm_90",
-    "A100": "sm_80",
-    "A800": "sm_80",
-    "A30": "sm_80",
-    "A10": "sm_86",
-    "A10G": "sm_86",
-    "A40": "sm_86",
-    "A6000": "sm_86",
-    "RTX3090": "sm_86",
-    "L4": "sm_89",
-    "L40": "sm_89",
-    "L40S": "sm_89",
-    "RTX4090": "sm_89",
-    "RTX6000ADA": "sm_89",
-    "B200": "sm_100",
-    "GB200": "sm_100",
-    "B300": "sm_103",
-    "GB300": "sm_103",
-    "RTX5090": "sm_120",
-    "RTXPRO6000": "sm_120",
+    name: f"sm_{rule[1][0]}{rule[1][1]}" for name, rule in HW_CLASSES.items() if rule is not None
 }
 
 DEFAULT_HW = "H100"

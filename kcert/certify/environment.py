@@ -42,12 +42,33 @@ DEFAULT_GPU_DRIFT: tuple[str, ...] = (
 DEFAULT_CPU_DRIFT: tuple[str, ...] = ("executor", "triton", "torch", "numpy", "cpu_model")
 
 #: Hardware classes: a word the GPU's name must contain, and its compute capability.
+#: The one table of hardware classes: the word the GPU's name must contain and its
+#: compute capability. ``kcert.certify.build`` derives each class's ``sm_XX`` from it.
 HW_CLASSES: Mapping[str, tuple[str, tuple[int, int]] | None] = {
     "H100": ("H100", (9, 0)),
     "H200": ("H200", (9, 0)),
+    "GH200": ("GH200", (9, 0)),
+    "H800": ("H800", (9, 0)),
+    "H20": ("H20", (9, 0)),
     "A100": ("A100", (8, 0)),
+    "A800": ("A800", (8, 0)),
+    "A30": ("A30", (8, 0)),
+    "A10": ("A10", (8, 6)),
+    "A10G": ("A10G", (8, 6)),
+    "A40": ("A40", (8, 6)),
+    "A6000": ("A6000", (8, 6)),
+    "RTX3090": ("RTX 3090", (8, 6)),
     "L4": ("L4", (8, 9)),
+    "L40": ("L40", (8, 9)),
+    "L40S": ("L40S", (8, 9)),
+    "RTX4090": ("RTX 4090", (8, 9)),
+    "RTX6000ADA": ("RTX 6000 Ada", (8, 9)),
     "B200": ("B200", (10, 0)),
+    "GB200": ("GB200", (10, 0)),
+    "B300": ("B300", (10, 3)),
+    "GB300": ("GB300", (10, 3)),
+    "RTX5090": ("RTX 5090", (12, 0)),
+    "RTXPRO6000": ("RTX PRO 6000", (12, 0)),
     "cpu": None,  # the Triton interpreter only
 }
 EXECUTOR_CHOICES: tuple[str, ...] = ("auto", "cuda", "triton", "triton-interpreter")

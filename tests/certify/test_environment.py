@@ -162,6 +162,20 @@ def test_hardware_class_mismatch_exits_2() -> None:
 
 
 def test_a_device_outside_the_classes_has_no_class() -> None:
-    assert envmod.hw_class_of(DeviceDescription("NVIDIA GeForce RTX 4090", (8, 9))) is None
+    assert envmod.hw_class_of(DeviceDescription("NVIDIA GeForce GTX 1080", (6, 1))) is None
+    assert envmod.hw_class_of(DeviceDescription("NVIDIA GeForce RTX 4090", (8, 9))) == "RTX4090"
     assert envmod.hw_class_of(H100) == "H100"
     assert envmod.hw_class_of(None) == "cpu"
+
+
+def test_every_class_that_builds_is_a_class_the_device_check_knows() -> None:
+    from kcert.certify.build import HW_ARCH
+
+    assert set(HW_ARCH) == {name for name, rule in envmod.HW_CLASSES.items() if rule}
+    for name, rule in envmod.HW_CLASSES.items():
+        if rule is None:
+            continue
+        word, (major, minor) = rule
+        device = DeviceDescription(f"NVIDIA {word} 80GB", (major, minor))
+        assert envmod.check_hw_class(name, device) == name
+        assert HW_ARCH[name] == f"sm_{major}{minor}"
