@@ -146,12 +146,15 @@ def hostile_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registr
     server = RegistryServer(home, f"sqlite:///{home / 'registry.db'}",
                             extra_env={"KCERT_MAX_BODY_BYTES": str(MAX_BODY)})  # fmt: skip
     server.start()
-    # One real entry, so the log routes have a tree to range over.
-    with server.client() as c:
-        r = c.put("/v1/targets/t1", json={"hw_class": "H100", "environment": gpu_environment()})
-        assert r.status_code == 201, r.text
-    yield server
-    server.stop()
+    try:
+        # One real entry, so the log routes have a tree to range over.
+        with server.client() as c:
+            body = {"hw_class": "H100", "environment": gpu_environment()}
+            r = c.put("/v1/targets/t1", json=body)
+            assert r.status_code == 201, r.text
+        yield server
+    finally:
+        server.stop()
 
 
 def send_raw(server: RegistryServer, case: Case) -> tuple[int, bytes, bytes]:
