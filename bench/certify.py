@@ -13,7 +13,10 @@ up to the wall time. Columns:
 - ``build``: compile and lint (NVRTC / Triton); the interpreter lints for a GPU arch too;
 - ``probes``: building probe dims, inputs and run jobs (padding, poison);
 - ``ref``: loading and calling the NumPy reference, ``tol`` the tolerance bounds around it;
-- ``worker``: starting the sandboxed worker process and loading the kernel in it;
+- ``worker``: taking (or starting) the sandboxed worker process, waiting for it to
+  import torch/Triton or CuPy and load the kernel, and closing it; after the first
+  kernel the worker is a warm spare (:mod:`kcert.certify.spares`) that imported
+  while the previous kernel ran, so mostly the first kernel pays here;
 - ``runs``: the kernel's own runs, from job sent to answer received (worker side);
 - ``xfer``: moving buffers to and from the worker;
 - ``checks``: the host-side checks and the anchors (SHA-256 of every array);
@@ -112,6 +115,7 @@ def instrumented(clock: Clock) -> Iterator[None]:
     for name in ("evaluate", "anchor"):
         patch(pipeline, name, "checks")
     patch(pipeline, "minimize", "min")
+    patch(sandbox.Sandbox, "_spawn", "worker")
     patch(sandbox.Sandbox, "_start", "worker")
     patch(sandbox.Sandbox, "close", "worker")
     patch(sandbox.Sandbox, "time", "timing")

@@ -11,13 +11,14 @@ What it does, all on 127.0.0.1 and bounded in time:
    registry verifies every certificate's signature and predicate schema), so
    the seeded database is cached: a SQLite file under ``--cache-dir``, or a
    PostgreSQL template database; every run works on a fresh copy of it.
-2. Serves it the way we recommend for production: uvicorn's factory
+2. Serves it the way we recommend for production, ``kcert serve --workers N``
+   (:func:`kcert.api.serve.serve`): uvicorn's factory
    ``kcert.api.app:create_app`` with one worker process per CPU and no access
-   log, over a listening socket bound with IPPROTO_TCP (:func:`serve_nodelay`;
-   the stock ``uvicorn --workers N`` loses TCP_NODELAY and adds ~40 ms to
-   every keep-alive request, Kludex/uvicorn#3149: ``--stock-uvicorn`` shows
-   it). The bare FastAPI endpoint (same route shape, same bearer header, no
-   database) is served with exactly the same options.
+   log, over a listening socket bound with IPPROTO_TCP (the stock ``uvicorn
+   --workers N`` loses TCP_NODELAY and adds ~40 ms to every keep-alive
+   request, Kludex/uvicorn#3149: ``--stock-uvicorn`` shows it). The bare
+   FastAPI endpoint (same route shape, same bearer header, no database) is
+   served with exactly the same options.
 3. Drives both from a separate process: wrk for saturation throughput when it
    is installed (Debian: ``apt-get install -y wrk``), else
    ``bench/loadgen.py`` in closed loop; then ``bench/loadgen.py`` in open loop
@@ -77,8 +78,10 @@ def bare_app() -> FastAPI:
     """The baseline: FastAPI's own cost for a route shaped like the gate, with no database.
 
     Same method, path, query parameters and validation, same bearer check (a
-    string compare), a JSON answer of the same shape; a plain ``def`` like the
-    gate route, so both pay for the same thread-pool hop.
+    string compare), a JSON answer of the same shape. A plain ``def``, as such a
+    route is usually written, so it pays for FastAPI's thread-pool hop; the
+    gate route is ``async`` and answers on the event loop without one (an
+    ``async`` bare endpoint would be a stricter baseline).
     """
     expected = f"Bearer {os.environ[BARE_TOKEN_ENV]}"
     app = FastAPI(title="bare")
@@ -128,26 +131,14 @@ def uvicorn_command(app: str, port: int, workers: int, *, app_dir: Path | None =
 def serve_nodelay(app: str, port: int, workers: int, app_dir: str) -> None:
     """``uvicorn APP --factory --workers N --no-access-log`` with a TCP_NODELAY-safe socket.
 
-    uvicorn binds the shared listening socket with ``proto`` 0; accepted
-    sockets inherit it, and asyncio sets TCP_NODELAY only when ``proto`` is
-    IPPROTO_TCP. Binding the socket here with IPPROTO_TCP and handing it to
-    uvicorn's own supervisor is the whole fix.
+    This is :func:`kcert.api.serve.serve`, the function behind ``kcert serve
+    --workers N``, so the bench measures what users run; the bare endpoint is
+    served by the same function with the same options.
     """
-    import uvicorn
-    from uvicorn.supervisors import Multiprocess
+    from kcert.api.serve import serve
 
-    if app_dir:
-        sys.path.insert(0, app_dir)
-    config = uvicorn.Config(app, factory=True, host="127.0.0.1", port=port, workers=workers,
-                            access_log=False, log_level="warning")  # fmt: skip
-    if workers == 1:
-        uvicorn.Server(config).run()
-        return
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    sock.set_inheritable(True)
-    Multiprocess(config, sockets=[sock]).run()
+    serve(host="127.0.0.1", port=port, workers=workers, access_log=False, app=app,
+          app_dir=app_dir or None, log_level="warning")  # fmt: skip
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from kcert.api import routes_certificates, routes_targets, routes_tokens
 from kcert.api.problems import EXCEPTION_HANDLERS, BodyLimitMiddleware, LastResortMiddleware
 from kcert.registry.config import Settings
 from kcert.registry.db import engine_for, migrate
+from kcert.registry.gatekeeper import Gatekeeper
 
 
 def create_app(
@@ -37,8 +38,12 @@ def create_app(
     )
     app.state.settings = settings
     app.state.engine = engine
+    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    # Per app (so per process): cached gate answers, checked against the database's version.
+    app.state.gatekeeper = Gatekeeper(engine, admin_token=admin, render=routes_targets.render_gate)
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
+    app.include_router(routes_targets.gate_router, tags=["targets"])
     app.include_router(routes_certificates.router, tags=["certificates"])
     app.include_router(routes_targets.router, tags=["targets"])
     app.include_router(routes_tokens.router, tags=["tokens"])

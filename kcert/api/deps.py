@@ -20,6 +20,7 @@ from sqlmodel import Session
 
 from kcert.registry.config import Settings
 from kcert.registry.db import read_session, write_session
+from kcert.registry.errors import Unauthenticated
 from kcert.registry.models import Scope
 from kcert.registry.tokens import Principal, authenticate
 
@@ -45,13 +46,39 @@ def get_read_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-SessionDep = Annotated[Session, Depends(get_session)]
-ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+#: Sessions close as soon as the route function returns (``scope="function"``), not after
+#: the response is sent: on SQLite a write route that read and decided not to write (an
+#: idempotent repeat, a 404) would otherwise keep the write lock while its answer travels.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]
 
 
 #: Declares the scheme in the OpenAPI document; missing tokens are our 401, not FastAPI's.
 _bearer = HTTPBearer(auto_error=False, description="A kcert API token")
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+class _RequiredBearer(HTTPBearer):
+    """The bearer scheme, answering the token itself; no token is our 401 problem at once.
+
+    One dependency layer for the gate (which authenticates in its own single
+    database round trip), declared under the same OpenAPI scheme as ``_bearer``.
+    """
+
+    async def __call__(self, request: Request) -> str:  # type: ignore[override]
+        credentials = await super().__call__(request)
+        if credentials is None:
+            raise Unauthenticated("missing or malformed bearer token")
+        return credentials.credentials
+
+
+bearer_token = _RequiredBearer(
+    auto_error=False, scheme_name="HTTPBearer", description="A kcert API token"
+)
+
+
+#: The presented token (401 when there is none), for routes that authenticate themselves.
+BearerTokenDep = Annotated[str, Depends(bearer_token)]
 
 
 def get_principal(

@@ -17,6 +17,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -131,6 +132,8 @@ EXCEPTION_HANDLERS = {
     RequestValidationError: validation_error_handler,
     StarletteHTTPException: http_error_handler,
     DBAPIError: database_error_handler,
+    # Every pooled connection stayed busy for the pool's timeout: overload, not a bug.
+    PoolTimeout: database_error_handler,
 }
 
 
@@ -168,8 +171,12 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         too_big = f"request bodies are limited to {self.max_bytes} bytes"
+        framed = False
         for name, value in scope.get("headers", ()):
-            if name == b"content-length":
+            if name == b"transfer-encoding":
+                framed = True
+            elif name == b"content-length":
+                framed = True
                 try:
                     declared = int(value)
                 except ValueError:
@@ -178,6 +185,11 @@ class BodyLimitMiddleware:
                 if declared > self.max_bytes:
                     await _send_problem(send, 413, "body-too-large", too_big)
                     return
+        if not framed:
+            # Neither Content-Length nor Transfer-Encoding: the request has no body
+            # (RFC 9112, 6.3), so there is nothing to count (every GET of the gate).
+            await self.app(scope, receive, send)
+            return
         chunks: list[bytes] = []
         size = 0
         more = True

@@ -95,10 +95,13 @@ class _Certifier:
     def run(self) -> CertificationReport:
         from kcert.certify.environment import check_hw_class, collect_environment
         from kcert.certify.sandbox import check_executor, default_executor
+        from kcert.certify.spares import prewarm
 
         kernel, options = self.kernel, self.options
         executor = default_executor(kernel) if options.executor == "auto" else options.executor
         check_executor(kernel, executor)
+        # the sandbox's worker imports torch or CuPy (seconds) while we build and probe
+        prewarm(executor)
         self.say(f"executor {executor}; reading the environment")
         env = collect_environment(executor)
         hw_class = check_hw_class(options.hw, env.device) if options.hw else env.hw_class

@@ -16,8 +16,11 @@ Whatever the kernel does, the parent gets a :class:`RunOutcome`:
 
 The child is started with ``subprocess`` in a new session (never forked from a
 process that may hold a CUDA context) and always reaped: no zombie or orphan
-outlives the sandbox. Arrays cross the pipes as raw bytes, never pickled lists,
-and the parent never unpickles anything the child sends.
+outlives the sandbox. It is started when the sandbox is made, and is usually
+a warm spare (:mod:`kcert.certify.spares`) that imported torch or CuPy
+before any kernel existed; either way no other kernel ever ran in it. Arrays
+cross the pipes as raw bytes, never pickled lists, and the parent never
+unpickles anything the child sends.
 
 This isolates faults, not malice: a kernel's module is Python with the user's
 rights in the child. The guarantee is that the certifier and the next kernel
@@ -32,19 +35,16 @@ import os
 import pickle
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
-from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
 
 import numpy as np
 
-import kcert
+from kcert.certify import spares
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import (
     BufferLayout,
@@ -108,10 +108,12 @@ class Sandbox:
         self._outbox: Connection | None = None  # what the child reads
         self._ready = False
         self._load_failure: RunOutcome | None = None
-        self._log: IO[bytes] = tempfile.TemporaryFile(prefix="kcert-worker-")
-        self._finalizer = weakref.finalize(self, _reap, None, None, None, self._log)
+        self._log: IO[bytes] | None = None  # the current (or last) worker's output
+        self._finalizer = weakref.finalize(self, _reap, None, None, None, None)
         #: Workers started so far (a restart after a failure adds one).
         self.starts = 0
+        # now, not at the first run: its imports overlap the caller's work until then
+        self._spawn()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -140,29 +142,13 @@ class Sandbox:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def _spawn(self) -> None:
-        child_reads, parent_writes = os.pipe()
-        parent_reads, child_writes = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        # the child must import this very kcert, even when it is not installed
-        root = str(Path(kcert.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        if self.executor == "triton-interpreter":
-            env["TRITON_INTERPRET"] = "1"
-        else:
-            env.pop("TRITON_INTERPRET", None)
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "kcert.certify.worker", str(child_reads), str(child_writes)],
-                pass_fds=(child_reads, child_writes), stdin=subprocess.DEVNULL,
-                stdout=self._log, stderr=self._log, env=env, start_new_session=True,
-            )  # fmt: skip
-        finally:
-            os.close(child_reads)
-            os.close(child_writes)
-        self._inbox = Connection(parent_reads, writable=False)
-        self._outbox = Connection(parent_writes, readable=False)
+        """Adopt a worker no kernel has run in (a warm spare when one fits)."""
+        worker = spares.take(self.executor)
         self._finalizer.detach()
+        if self._log is not None:
+            self._log.close()  # the previous worker's: it is reaped, its tail already read
+        self._proc, self._inbox, self._outbox = worker.proc, worker.inbox, worker.outbox
+        self._log = worker.log
         self._finalizer = weakref.finalize(
             self, _reap, self._proc, self._inbox, self._outbox, self._log
         )
@@ -179,11 +165,14 @@ class Sandbox:
             return self._load_failure
         if self._ready and self._proc is not None and self._proc.poll() is None:
             return None
-        self._stop_worker()
-        self._spawn()
+        if self._proc is None or self._ready:
+            # the last worker failed (or died after loading): a fresh one, never a reused one
+            self._stop_worker()
+            self._spawn()
         assert self._outbox is not None
         mark = self._log_mark()
-        init = {"kernel": self.kernel, "executor": self.executor, "artifact": self.artifact}
+        init = {"kernel": self.kernel, "executor": self.executor, "artifact": self.artifact,
+                "env": spares.late_env(self.executor)}  # fmt: skip
         try:
             self._outbox.send_bytes(pickle.dumps(init))
         except OSError:
@@ -207,9 +196,11 @@ class Sandbox:
     # ------------------------------------------------------------------ the wire
 
     def _log_mark(self) -> int:
+        assert self._log is not None
         return os.fstat(self._log.fileno()).st_size
 
     def _log_tail(self, mark: int) -> str:
+        assert self._log is not None
         end = os.fstat(self._log.fileno()).st_size
         start = max(mark, end - _LOG_TAIL)
         text = os.pread(self._log.fileno(), end - start, start).decode("utf-8", errors="replace")
@@ -437,23 +428,5 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _reap(
-    proc: subprocess.Popen[bytes] | None, inbox: Connection | None, outbox: Connection | None,
-    log: IO[bytes] | None,
-) -> None:  # fmt: skip
-    """Kill a worker's whole process group, wait for it, close its pipes (idempotent)."""
-    for conn in (outbox, inbox):
-        if conn is not None:
-            with contextlib.suppress(OSError):
-                conn.close()
-    if proc is not None:
-        # the group first: a worker's own children (compilers, helpers) go with it
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10.0)
-    if log is not None:
-        log.close()
-
+#: Kept under its old name: the finalizers and older callers use it.
+_reap = spares.reap

@@ -1,24 +1,30 @@
 """The sandbox's child process: load one kernel once, then run jobs until told to stop.
 
-Started by :class:`kcert.certify.sandbox.Sandbox` as ``python -m
-kcert.certify.worker READ_FD WRITE_FD`` in its own session, with stdout and
-stderr going to a log the parent reads when the child dies. The parent
-speaks pickle to the child (the parent is trusted); the child answers in
-JSON headers followed by raw array bytes, because the child runs code that
-a model wrote and the parent must never unpickle what that code could forge.
+Started for :class:`kcert.certify.sandbox.Sandbox` (by
+:mod:`kcert.certify.spares`) as ``python -m kcert.certify.worker READ_FD
+WRITE_FD [EXECUTOR PARENT_PID]`` in its own session, with stdout and stderr going to a
+log the parent reads when the child dies. Given its executor, the worker
+imports that executor's modules (torch and Triton, or CuPy) before it waits
+for a kernel, so a spare is warm when a sandbox takes it; it touches no
+device until a kernel is loaded. The parent speaks pickle to the child (the
+parent is trusted); the child answers in JSON headers followed by raw array
+bytes, because the child runs code that a model wrote and the parent must
+never unpickle what that code could forge.
 
-Messages, parent to child: ``init`` (kernel, executor, artifact, baseline),
-then ``run`` or ``time`` headers each followed by one raw frame per padded
-buffer, or ``exit``. Child to parent: one ``ready`` header after init; for a
-run, a header then one raw frame per buffer when the status is ``ok``; for a
-timing, a header with the figures. A kernel fault that leaves the device
-unusable makes the child answer and then exit, so the parent starts a fresh
+Messages, parent to child: ``init`` (kernel, executor, artifact, baseline)
+or ``exit`` (a spare that is not needed), then ``run`` or ``time`` headers
+each followed by one raw frame per padded buffer, or ``exit``. Child to
+parent: one ``ready`` header after init; for a run, a header then one raw
+frame per buffer when the status is ``ok``; for a timing, a header with the
+figures. A kernel fault that leaves the device unusable makes the child
+answer and then exit, so the parent starts a fresh
 one for the next job.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import json
 import os
 import pickle
@@ -99,8 +105,49 @@ def _time(
     return asdict(result), run.read_back()
 
 
+#: What each executor imports before its kernel; importing touches no device.
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "triton-interpreter": ("torch", "triton", "kcert.certify.executors.triton_exec"),
+    "triton": ("torch", "triton", "kcert.certify.executors.triton_exec"),
+    "cuda": ("cupy", "kcert.certify.executors.cuda_exec"),
+}
+
+
+def late_variable(name: str) -> bool:
+    """Whether an environment variable may change between a spare's start and its kernel.
+
+    kcert's own variables and pytest's per-test marker are read by no module a
+    worker preloads (Python, torch, Triton, CuPy), so a spare started under other
+    values is still alike; the init message brings their current values, and
+    :func:`serve` sets them before the kernel is loaded.
+    """
+    return name.startswith("KCERT_") or name == "PYTEST_CURRENT_TEST"
+
+
+def _apply_late_env(env: dict[str, str]) -> None:
+    for name in [n for n in os.environ if late_variable(n) and n not in env]:
+        del os.environ[name]
+    os.environ.update({k: v for k, v in env.items() if late_variable(k)})
+
+
+def preload(executor: str) -> None:
+    """Import the executor's heavy modules now, while nobody waits for this worker yet.
+
+    A failure is left for :meth:`Executor.load` to meet again and report, exactly as
+    without the preload.
+    """
+    for module in PRELOAD.get(executor, ()):
+        try:
+            importlib.import_module(module)
+        except Exception:  # ImportError and whatever a broken install raises: load says it
+            return
+
+
 def serve(inbox: Connection, outbox: Connection) -> int:
     init = pickle.loads(inbox.recv_bytes())
+    if init.get("op") == "exit":
+        return 0  # a spare the certifier did not need
+    _apply_late_env(init.get("env", {}))
     kernel: KernelSpec = init["kernel"]
     try:
         executor = make_executor(init["executor"], kernel)
@@ -156,19 +203,24 @@ def serve(inbox: Connection, outbox: Connection) -> int:
 def _watch_parent(parent: int) -> None:
     """Exit when the certifier dies, even while a kernel hangs: nobody would reap us."""
     while True:
-        time.sleep(0.5)
         if os.getppid() != parent:
             os._exit(70)
+        time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     read_fd, write_fd = int(args[0]), int(args[1])
+    # the certifier's pid from the command line: a spare's certifier may die while this
+    # interpreter starts, and getppid() would then already name the new parent
+    parent = int(args[3]) if len(args) > 3 else os.getppid()
     # a thread, not PR_SET_PDEATHSIG: that signal follows the parent *thread*, and a
     # certifier may run in a worker thread that ends long before the sandbox does
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     # a segfault prints the Python stack to stderr, which the parent shows in the outcome
     faulthandler.enable(all_threads=False)
+    if len(args) > 2:
+        preload(args[2])
     inbox = Connection(read_fd, writable=False)
     outbox = Connection(write_fd, readable=False)
     try:

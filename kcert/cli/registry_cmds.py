@@ -1,5 +1,5 @@
 """Registry commands: serve, push, gate, promote, target report, revoke, keys trust/revoke,
-token create.
+token create/revoke.
 
 Each command parses its options, opens a registry (``--registry URL`` or
 ``KCERT_REGISTRY`` for a server, with ``KCERT_TOKEN``; otherwise the embedded
@@ -43,6 +43,7 @@ RegistryOption = Annotated[
 KernelOption = Annotated[str, typer.Option("--kernel", help="Kernel source digest (sha256:...).")]
 TargetOption = Annotated[str, typer.Option("--target", help="Target (fleet) name.")]
 _HEX_KEY = re.compile(r"^[0-9a-fA-F]{64}$")
+_TOKEN_ID = re.compile(r"^tok_[0-9a-f]{1,28}$")
 
 target_app = typer.Typer(name="target", help="Targets (fleets) and their environments.",
                          no_args_is_help=True)  # fmt: skip
@@ -73,20 +74,31 @@ def _kernel(text: str) -> Digest:
 def serve_command(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8700,
-) -> None:
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=256, help="Worker processes (one per CPU is "
+                          "a good start).")
+    ] = 1,
+    access_log: Annotated[
+        bool, typer.Option("--access-log/--no-access-log",
+                           help="Log every request (off: the audit log records every change).")
+    ] = False,
+) -> None:  # fmt: skip
     """Run the registry API (database KCERT_DATABASE_URL, first admin token KCERT_ADMIN_TOKEN)."""
-    import uvicorn
-
-    from kcert.api.app import create_app
+    from kcert.api.serve import serve
+    from kcert.registry.db import dispose_engines, engine_for, migrate
 
     settings = Settings()
     if settings.admin_token is None:
         err_console.print(
             "warning: KCERT_ADMIN_TOKEN is not set; only tokens already in the database work"
         )
-    app = create_app(settings)
-    err_console.print(f"kcert registry on http://{host}:{port} (OpenAPI at /openapi.json)")
-    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+    # Migrate once here, before any worker starts: a bad URL or an unreachable database is
+    # a clear error now instead of a traceback in every worker, and workers never race on it.
+    migrate(engine_for(settings.resolved_database_url()))
+    dispose_engines()
+    err_console.print(f"kcert registry on http://{host}:{port} with {workers} worker(s) "
+                      "(OpenAPI at /openapi.json)")  # fmt: skip
+    serve(host=host, port=port, workers=workers, access_log=access_log, log_level="info")
 
 
 def push_command(
@@ -276,6 +288,26 @@ def token_create_command(
     out_console.print(created.token, markup=False)
     err_console.print(f"token {created.id} with scopes {', '.join(created.scopes)}; "
                       "it is not shown again")  # fmt: skip
+
+
+@token_app.command("revoke")
+def token_revoke_command(
+    token_id: Annotated[str, typer.Argument(help="Token id (tok_..., from `token create`).")],
+    registry: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Revoke an API token: every route refuses it from the next request on (logged by id)."""
+    if not _TOKEN_ID.match(token_id):
+        raise UsageError(
+            f"{token_id!r} is not a token id; ids look like tok_0123456789abcdef "
+            "(`kcert token create` prints them)"
+        )
+    with _registry(registry) as reg:
+        revoked = reg.revoke_token(token_id)
+    if as_json:
+        emit_json(_dump(revoked))
+        return
+    out_console.print(f"revoked: token {revoked.id}", markup=False)
 
 
 def _read_environment(path: Path | None) -> dict[str, Any]:

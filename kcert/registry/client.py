@@ -24,6 +24,7 @@ from kcert.registry.db import engine_for, ensure_migrated, read_session, write_s
 from kcert.registry.models import (
     ApiTokenCreate,
     ApiTokenCreated,
+    ApiTokenPublic,
     CertificatePublic,
     CertificateStored,
     GateDecision,
@@ -61,6 +62,7 @@ class Registry(Protocol):
     def trust_key(self, key: TrustedKeyCreate) -> TrustedKeyPublic: ...
     def revoke_key(self, keyid: str, reason: str) -> TrustedKeyPublic: ...
     def create_token(self, request: ApiTokenCreate) -> ApiTokenCreated: ...
+    def revoke_token(self, token_id: str) -> ApiTokenPublic: ...
     def close(self) -> None: ...
 
 
@@ -126,6 +128,10 @@ class EmbeddedRegistry:
         with write_session(self.engine) as session:
             return tokens.create_token(session=session, request=request)
 
+    def revoke_token(self, token_id: str) -> ApiTokenPublic:
+        with write_session(self.engine) as session:
+            return tokens.revoke_token(session=session, token_id=token_id)
+
 
 class RemoteRegistry:
     """A registry server, over HTTP(S)."""
@@ -175,6 +181,9 @@ class RemoteRegistry:
     def create_token(self, request: ApiTokenCreate) -> ApiTokenCreated:
         body = request.model_dump(mode="json", exclude_none=True)
         return self._call("POST", "/v1/tokens", ApiTokenCreated, json=body)
+
+    def revoke_token(self, token_id: str) -> ApiTokenPublic:
+        return self._call("DELETE", f"/v1/tokens/{token_id}", ApiTokenPublic)
 
     def _call(self, method: str, path: str, model: type[M], **kwargs: Any) -> M:
         try:

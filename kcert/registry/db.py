@@ -6,6 +6,12 @@ instead of both reading and then one failing to upgrade its lock (that is the
 "lost update" a naive setup gets), WAL lets readers run beside a writer, and
 foreign keys are switched on. Read-only work (the gate) uses a plain deferred
 ``BEGIN`` through :func:`read_session` so gates never queue behind each other.
+A write session's transactions after its first commit are read transactions
+too: the answer a route builds after committing must not keep the write lock
+(and every other writer) waiting until the session closes.
+
+Pools hold as many connections as the API's thread pool has threads, so a busy
+server waits on the database, not on the pool.
 
 The schema is made only by Alembic; :func:`migrate` upgrades a database to
 head programmatically so ``kcert serve`` and the embedded registry are always
@@ -34,6 +40,14 @@ from kcert.registry.errors import RegistryUnavailable
 ALEMBIC_DIR = Path(kcert.__file__).resolve().parent.parent / "alembic"
 _READ_ONLY = "kcert_read_only"
 _SQLITE_BUSY_MS = 30_000
+#: Connections per engine: the API runs sync routes on anyio's default thread pool
+#: (40 threads), each holding at most one connection at a time, and answers the gate on
+#: the event loop (one more), which must never wait for a route thread to give one back.
+#: PostgreSQL keeps only ``_POOL_KEPT`` of them open between bursts (they are costly).
+POOL_MAX = 40 + 1
+_POOL_KEPT = 10
+#: Seconds a request waits for a pooled connection before answering 503.
+POOL_TIMEOUT_S = 10
 
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
@@ -46,13 +60,17 @@ def make_engine(url: str) -> Engine:
     except SQLAlchemyError as exc:
         raise RegistryUnavailable(f"not a database URL: {_redact(url)}") from exc
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=_POOL_KEPT, max_overflow=POOL_MAX - _POOL_KEPT,
+            pool_timeout=POOL_TIMEOUT_S,
+        )  # fmt: skip
     database = parsed.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
-        url, connect_args={"check_same_thread": False, "timeout": _SQLITE_BUSY_MS / 1000}
-    )
+        url, connect_args={"check_same_thread": False, "timeout": _SQLITE_BUSY_MS / 1000},
+        pool_size=POOL_MAX, max_overflow=0, pool_timeout=POOL_TIMEOUT_S,
+    )  # fmt: skip
     _configure_sqlite(engine)
     return engine
 
@@ -92,14 +110,40 @@ def dispose_engines() -> None:
         _engines.clear()
 
 
+class WriteSession(Session):
+    """A session whose first transaction writes; every one after its first commit only reads.
+
+    On SQLite a write transaction holds the database lock from ``BEGIN
+    IMMEDIATE`` to its end. Work done after a commit (reading back the answer)
+    would otherwise open another such transaction and hold the lock until the
+    session closes, which in the API is after the response: concurrent writers
+    then convoy on the lock, time out and fail. Switching the bind at commit
+    fixes that for every caller at once, whatever it reads after committing.
+    A write after the commit is still possible; on SQLite it upgrades the read
+    transaction's lock, as any deferred transaction does.
+    """
+
+    def commit(self) -> None:
+        super().commit()
+        bind = self.bind
+        if isinstance(bind, Engine) and not bind.get_execution_options().get(_READ_ONLY):
+            self.bind = read_only(bind)
+
+
+def read_only(engine: Engine) -> Engine:
+    """``engine`` with transactions that never take SQLite's write lock at ``BEGIN``."""
+    return engine.execution_options(**{_READ_ONLY: True})
+
+
 def write_session(engine: Engine) -> Session:
-    """A session for changes; on SQLite its transaction holds the write lock from the start."""
-    return Session(engine, expire_on_commit=False)
+    """A session for changes; on SQLite its transaction holds the write lock from the start
+    until its first commit (see :class:`WriteSession`)."""
+    return WriteSession(engine, expire_on_commit=False)
 
 
 def read_session(engine: Engine) -> Session:
     """A session for reads only; on SQLite it never waits for the write lock."""
-    return Session(engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False)
+    return Session(read_only(engine), expire_on_commit=False)
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, and_, update
+from sqlalchemy import Connection, Row, Select, and_, bindparam, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -84,11 +84,7 @@ def kernel_certificates(session: Session, kernel: str) -> list[Certificate]:
     return list(session.exec(statement).all())
 
 
-def _candidate_rows(session: Session, kernel: str, *, environment: bool) -> Sequence[Row[Any]]:
-    """One indexed query: the kernel's certificates (subject index) with their signers' state.
-
-    Core SQL rather than ORM objects: the gate runs this on every deploy.
-    """
+def _candidates_statement(*, environment: bool) -> Select[Any]:
     columns = [
         _certificate.c.id, _certificate.c.keyid, _certificate.c.verdict,
         _certificate.c.hw_class, _certificate.c.fingerprint, _certificate.c.revoked_at,
@@ -96,21 +92,39 @@ def _candidate_rows(session: Session, kernel: str, *, environment: bool) -> Sequ
     ]  # fmt: skip
     if environment:
         columns.append(_certificate.c.environment)
-    statement = (
+    return (
         sa_select(*columns)
         .select_from(
             _subject.join(_certificate, _certificate.c.id == _subject.c.certificate_id).outerjoin(
                 _key, _key.c.keyid == _certificate.c.keyid
             )
         )
-        .where(_subject.c.digest == kernel)
+        .where(_subject.c.digest == bindparam("kernel"))
         .order_by(_certificate.c.created_at.desc(), _certificate.c.id)
     )
-    return session.connection().execute(statement).all()
+
+
+#: Built once: building a statement costs more than running it (the gate runs these on
+#: every deploy), and a prebuilt one is found in SQLAlchemy's compiled cache at once.
+_CANDIDATES = {flag: _candidates_statement(environment=flag) for flag in (False, True)}
+
+
+def _connection(source: Session | Connection) -> Connection:
+    return source.connection() if isinstance(source, Session) else source
+
+
+def _candidate_rows(
+    source: Session | Connection, kernel: str, *, environment: bool
+) -> Sequence[Row[Any]]:
+    """One indexed query: the kernel's certificates (subject index) with their signers' state.
+
+    Core SQL rather than ORM objects: the gate runs this on every deploy.
+    """
+    return _connection(source).execute(_CANDIDATES[environment], {"kernel": kernel}).all()
 
 
 def gather_inputs(
-    session: Session, *, kernel: str, target_name: str, target: TargetState | None,
+    session: Session | Connection, *, kernel: str, target_name: str, target: TargetState | None,
     full_key_set: bool,
 ) -> PromotionInputs:  # fmt: skip
     """Read what the policy needs for (kernel, target).
@@ -124,7 +138,7 @@ def gather_inputs(
     rows = _candidate_rows(session, kernel, environment=bool(drift_fields))
     revoked_keys = tuple(sorted({r.keyid for r in rows if r.key_revoked_at is not None}))
     if full_key_set:
-        trusted = session.connection().execute(
+        trusted = _connection(session).execute(
             sa_select(_key.c.keyid).where(_key.c.revoked_at.is_(None))
         )
         trusted_keys = tuple(sorted(trusted.scalars()))
@@ -156,38 +170,52 @@ def gather_inputs(
     )
 
 
+#: The target and the (kernel, target) promotion in one query (built once, like _CANDIDATES).
+_GATE_TARGET = (
+    sa_select(
+        _target.c.hw_class,
+        _target.c.fingerprint,
+        _target.c.drift_fields,
+        _promotion.c.status,
+        _promotion.c.suspend_reason,
+    )  # fmt: skip
+    .select_from(
+        _target.outerjoin(
+            _promotion,
+            and_(
+                _promotion.c.target_name == _target.c.name,
+                _promotion.c.kernel == bindparam("kernel"),
+            ),
+        )  # fmt: skip
+    )
+    .where(_target.c.name == bindparam("target"))
+)
+
+
 def gate(*, session: Session, kernel: Digest, target: str) -> Decision:
     """May ``kernel`` run on ``target`` now? Read-only; never logs; two indexed queries."""
     kernel_id = str(kernel)
     row = (
-        session.connection()
-        .execute(
-            sa_select(
-                _target.c.hw_class,
-                _target.c.fingerprint,
-                _target.c.drift_fields,
-                _promotion.c.status,
-                _promotion.c.suspend_reason,
-            )  # fmt: skip
-            .select_from(
-                _target.outerjoin(
-                    _promotion,
-                    and_(
-                        _promotion.c.target_name == _target.c.name, _promotion.c.kernel == kernel_id
-                    ),
-                )  # fmt: skip
-            )
-            .where(_target.c.name == target)
-        )
-        .first()
+        session.connection().execute(_GATE_TARGET, {"kernel": kernel_id, "target": target}).first()
     )
-    state = TargetState(row.hw_class, row.fingerprint, row.drift_fields) if row else None
+    return gate_on(session.connection(), kernel=kernel_id, target=target, row=row)
+
+
+def gate_on(connection: Connection, *, kernel: str, target: str, row: Any) -> Decision:
+    """The gate's decision given its target row (the columns of ``_GATE_TARGET``, all
+    ``None`` or ``row`` itself ``None`` when there is no such target).
+
+    :mod:`kcert.registry.gatekeeper` reads that row in the same query as the
+    caller's token; everything else is :func:`gate`'s own path.
+    """
+    known = row is not None and row.hw_class is not None
+    state = TargetState(row.hw_class, row.fingerprint, row.drift_fields) if known else None
     inputs = gather_inputs(
-        session, kernel=kernel_id, target_name=target, target=state, full_key_set=False
+        connection, kernel=kernel, target_name=target, target=state, full_key_set=False
     )
     promotion = (
         PromotionState(status=row.status, reason=row.suspend_reason)
-        if row is not None and row.status is not None
+        if known and row.status is not None
         else None
     )
     return decide_gate(inputs, promotion)

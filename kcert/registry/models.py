@@ -360,6 +360,8 @@ class ApiTokenPublic(ApiTokenBase):
     scopes: list[Scope]
     created_at: datetime
     expires_at: datetime | None = None
+    #: Set once the token is revoked (``DELETE /v1/tokens/{id}``).
+    revoked_at: datetime | None = None
 
 
 class ApiTokenCreated(ApiTokenPublic):

@@ -15,6 +15,7 @@ from kcert.registry.models import ApiToken
 
 DIGEST = "sha256:" + "a" * 64
 KEYID = "b" * 64
+TOKEN_ID = "tok_" + "c" * 16
 
 #: One request per protected operation, with a body that would pass validation.
 PROTECTED: list[tuple[str, str, dict[str, Any], str]] = [
@@ -34,6 +35,7 @@ PROTECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("GET", "/v1/promotions", {}, "gate:read"),
     ("GET", "/v1/gate", {"params": {"kernel": DIGEST, "target": "prod"}}, "gate:read"),
     ("POST", "/v1/tokens", {"json": {"scopes": ["gate:read"]}}, "admin"),
+    ("DELETE", f"/v1/tokens/{TOKEN_ID}", {}, "admin"),
 ]  # fmt: skip
 
 
@@ -51,14 +53,15 @@ def bearer(token: str) -> dict[str, str]:
 def test_every_protected_route_is_in_the_table(client: TestClient) -> None:
     """A new route must be added to PROTECTED (and so get these tests) or be the log's."""
     spec = client.get("/openapi.json").json()
-    listed = {(m, p.replace(DIGEST, "{x}").replace(KEYID, "{x}").replace("prod", "{x}"))
+    listed = {(m, p.replace(DIGEST, "{x}").replace(KEYID, "{x}").replace("prod", "{x}")
+                  .replace(TOKEN_ID, "{x}"))
               for m, p, _, _ in PROTECTED}  # fmt: skip
     for path, ops in spec["paths"].items():
         if path.startswith("/v1/log/"):
             continue
         for method in ops:
             shape = path
-            for name in ("{certificate_id}", "{digest}", "{keyid}", "{name}"):
+            for name in ("{certificate_id}", "{digest}", "{keyid}", "{name}", "{token_id}"):
                 shape = shape.replace(name, "{x}")
             assert (method.upper(), shape) in listed, (method, path)
 

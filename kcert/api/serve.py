@@ -1,0 +1,67 @@
+"""Serving the registry in production: uvicorn, N worker processes, TCP_NODELAY kept.
+
+``uvicorn --workers N`` (0.54) binds its shared listening socket with
+``proto`` 0; the sockets it accepts inherit that, and asyncio sets
+TCP_NODELAY only on sockets whose ``proto`` is IPPROTO_TCP. Without it every
+keep-alive request after the first waits about 40 ms for a delayed ACK
+(Kludex/uvicorn#3149). :func:`serve` binds the socket itself with
+IPPROTO_TCP and hands it to uvicorn's own supervisor, which is the whole fix.
+``kcert serve`` and ``bench/gate.py`` both serve through this function, so the
+bench measures what users run.
+
+The app is built in each worker by the factory named in ``app`` (default
+:func:`kcert.api.app.create_app`, which reads its settings from the
+environment), so each worker has its own engine, pool and gate cache; the gate
+cache stays correct across workers through the registry's version (see
+:mod:`kcert.registry.gatekeeper`).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+#: The registry's app factory, as uvicorn imports it in every worker.
+APP_FACTORY = "kcert.api.app:create_app"
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket whose accepted connections get TCP_NODELAY from asyncio."""
+    family, _, _, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )[0]
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    *, host: str = "127.0.0.1", port: int = 8700, workers: int = 1, access_log: bool = False,
+    app: str = APP_FACTORY, app_dir: str | None = None, log_level: str = "warning",
+) -> None:  # fmt: skip
+    """Run ``app`` (a factory's import string) until interrupted.
+
+    One worker runs in this process; more run under uvicorn's supervisor
+    (which restarts a worker that dies) over one shared socket. No access log
+    by default: it costs a log line per gate request and says nothing the
+    audit log does not.
+    """
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    if app_dir:
+        sys.path.insert(0, app_dir)
+    config = uvicorn.Config(
+        app, factory=True, host=host, port=port, workers=workers, access_log=access_log,
+        log_level=log_level,
+    )  # fmt: skip
+    if workers <= 1:
+        uvicorn.Server(config).run()
+        return
+    sock = listening_socket(host, port)
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
