@@ -13,11 +13,12 @@ the reference and the probes.
 Isolation is unchanged: a spare has loaded no kernel and never touched a GPU
 (imports only), each spare serves exactly one sandbox worker's life, and a
 worker that failed is never reused: the sandbox takes a fresh one. A spare is
-only used when it was started with exactly the environment, working directory
-and interpreter a fresh worker would get now; otherwise it is killed and a
-worker started the ordinary way; only kcert's own variables and pytest's
-per-test marker may differ, and the worker takes their current values before
-it loads the kernel (:func:`kcert.certify.worker.late_variable`). Spares
+only used when it was started with the environment, working directory and
+interpreter a fresh worker would get now, or else killed and replaced by a
+worker started the ordinary way. Only kcert's own variables and pytest's
+per-test marker may differ: no preloaded module reads them, and the worker
+takes their current values before it loads the kernel
+(:func:`kcert.certify.worker.late_variable`). Spares
 exit with the certifier: an ``atexit`` hook kills them, and each worker also
 watches its parent process.
 """
@@ -184,8 +185,8 @@ def take(executor: str) -> WorkerProcess:
     """A worker for ``executor`` that no kernel has run in: the spare if it fits, else a new one.
 
     Either way the next spare starts at once, so that it has imported its
-    modules by the time the next sandbox wants it (a taken spare has imported
-    already, so the two do not compete for the CPU).
+    modules by the time the next sandbox wants it (while the taken worker,
+    when it was a spare, has nothing left to import).
     """
     key = WorkerKey.now(executor)
     worker = _claim(key) or launch(key)
