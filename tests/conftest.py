@@ -6,6 +6,9 @@ import functools
 
 import pytest
 
+#: Database fixtures (SQLite and PostgreSQL per test) for the registry and API tests.
+pytest_plugins = ("registry_db",)
+
 
 @functools.cache
 def gpu_present() -> bool:

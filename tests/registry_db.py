@@ -1,4 +1,9 @@
-"""Fixtures for the registry tests: a fresh database per test on SQLite and PostgreSQL."""
+"""Database fixtures shared by the registry and API tests: a fresh database per test.
+
+Every test that takes ``database_url`` (or ``engine``) runs once on SQLite and
+once on PostgreSQL (``postgres`` marker). The conftests of those folders
+import these fixtures by name.
+"""
 
 from __future__ import annotations
 
