@@ -14,6 +14,7 @@ error or a hang there becomes a :class:`RunOutcome` with a failed status.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -47,10 +48,7 @@ class PaddedBuffer:
 
     @property
     def size(self) -> int:
-        count = 1
-        for extent in self.shape:
-            count *= extent
-        return count
+        return math.prod(self.shape)
 
     def data(self) -> np.ndarray:
         """The data region viewed with the buffer's shape."""

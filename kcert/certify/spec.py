@@ -6,6 +6,7 @@ The spec is data: expressions go through :mod:`kcert.certify.expr`, never
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -160,13 +161,7 @@ class Launch:
     shared_mem: int
 
     def elements(self) -> int:
-        total = 0
-        for shape in self.shapes.values():
-            count = 1
-            for extent in shape:
-                count *= extent
-            total += count
-        return total
+        return sum(math.prod(shape) for shape in self.shapes.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,10 +199,7 @@ def traffic_bytes(kernel: KernelSpec, launch: Launch, *, l2_bytes: int) -> int:
     """
     reads = writes = 0
     for buffer in kernel.buffers:
-        count = 1
-        for extent in launch.shapes[buffer.name]:
-            count *= extent
-        size = count * _ITEMSIZE[buffer.dtype]
+        size = math.prod(launch.shapes[buffer.name]) * _ITEMSIZE[buffer.dtype]
         if buffer.intent in (Intent.IN, Intent.INOUT):
             reads += size
         if buffer.intent in (Intent.OUT, Intent.INOUT):
