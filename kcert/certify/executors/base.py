@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import importlib.util
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -105,10 +106,7 @@ class BufferLayout:
 
     @property
     def size(self) -> int:
-        count = 1
-        for extent in self.shape:
-            count *= extent
-        return count
+        return math.prod(self.shape)
 
 
 class Unavailable(Exception):
