@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from kcert.attest import dsse
 from kcert.attest.dsse import Envelope, Signature, parse_envelope
 from kcert.attest.errors import CertificateFormatError, SigningError, VerificationError
+from kcert.attest.files import read_bounded
 from kcert.attest.statement import PAYLOAD_TYPE, make_statement, parse_statement
 from kcert.certify.report import CertificationReport, Verdict
 from kcert.digest import Digest, DigestError
@@ -150,17 +151,9 @@ def write_certificate(path: Path, envelope: Envelope) -> None:
 
 def load_envelope(path: Path) -> Envelope:
     """Read and parse an envelope file, without looking inside the payload."""
-    try:
-        if path.is_dir():
-            raise CertificateFormatError(f"{path} is a directory; expected a certificate file")
-        with path.open("rb") as fh:
-            data = fh.read(MAX_CERTIFICATE_BYTES + 1)
-    except FileNotFoundError as exc:
-        raise CertificateFormatError(f"certificate file {path} does not exist") from exc
-    except OSError as exc:
-        raise CertificateFormatError(f"cannot read certificate {path}: {exc.strerror}") from exc
-    if len(data) > MAX_CERTIFICATE_BYTES:
-        raise CertificateFormatError(f"{path} is larger than any certificate kcert writes")
+    data = read_bounded(
+        path, limit=MAX_CERTIFICATE_BYTES, what="certificate", error=CertificateFormatError
+    )
     try:
         return parse_envelope(data)
     except CertificateFormatError as exc:

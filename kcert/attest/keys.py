@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from kcert.attest.errors import KeyFileError
+from kcert.attest.files import read_bounded
 
 PASSPHRASE_ENV = "KCERT_KEY_PASSPHRASE"
 PUBLIC_SUFFIX = ".pub"
@@ -196,20 +197,7 @@ def _looks_like_hex_key(data: bytes) -> bool:
 
 
 def _read_key_file(path: Path, *, what: str) -> bytes:
-    try:
-        if path.is_dir():
-            raise KeyFileError(f"{path} is a directory; expected a {what} file")
-        with path.open("rb") as fh:
-            data = fh.read(_MAX_KEY_FILE + 1)
-    except FileNotFoundError as exc:
-        raise KeyFileError(f"{what} file {path} does not exist") from exc
-    except PermissionError as exc:
-        raise KeyFileError(f"cannot read {what} file {path}: permission denied") from exc
-    except OSError as exc:
-        raise KeyFileError(f"cannot read {what} file {path}: {exc.strerror}") from exc
-    if len(data) > _MAX_KEY_FILE:
-        raise KeyFileError(f"{path} is too large to be a {what} file")
-    return data
+    return read_bounded(path, limit=_MAX_KEY_FILE, what=what, error=KeyFileError)
 
 
 def _atomic_write(path: Path, data: bytes, *, mode: int, overwrite: bool) -> None:
