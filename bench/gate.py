@@ -1,6 +1,6 @@
 """How fast is the gate? ``GET /v1/gate`` against a bare FastAPI endpoint served the same way.
 
-    python bench/gate.py [--database sqlite|postgres] [--workers 2] [--duration 5]
+    python bench/gate.py [--database sqlite|postgres] [--rounds 3] [--duration 5]
 
 What it does, all on 127.0.0.1 and bounded in time:
 
@@ -11,25 +11,38 @@ What it does, all on 127.0.0.1 and bounded in time:
    registry verifies every certificate's signature and predicate schema), so
    the seeded database is cached: a SQLite file under ``--cache-dir``, or a
    PostgreSQL template database; every run works on a fresh copy of it.
-2. Serves it the way we recommend for production, ``kcert serve --workers N``
-   (:func:`kcert.api.serve.serve`): uvicorn's factory
-   ``kcert.api.app:create_app`` with one worker process per CPU and no access
-   log, over a listening socket bound with IPPROTO_TCP (the stock ``uvicorn
-   --workers N`` loses TCP_NODELAY and adds ~40 ms to every keep-alive
-   request, Kludex/uvicorn#3149: ``--stock-uvicorn`` shows it). The bare
-   FastAPI endpoint (same route shape, same bearer header, no database) is
-   served with exactly the same options.
-3. Drives both from a separate process: wrk for saturation throughput when it
-   is installed (Debian: ``apt-get install -y wrk``), else
-   ``bench/loadgen.py`` in closed loop; then ``bench/loadgen.py`` in open loop
-   at 80% of the bare endpoint's saturation rate, for tail latency.
-4. Prints requests per second, p50 and p99 for each, the ratios, and whether
-   the goals hold (gate >= half the bare throughput, gate p99 < 10 ms at 80%
-   load). Exit code 0 when they hold, 1 when not, 2 when the bench could not run.
+2. Splits the CPUs: the servers run on the first half (``--server-cpus``), the
+   load generators on the rest (``--client-cpus``), so the client never takes
+   the server's CPU time, which on a small machine otherwise decides every
+   figure. PostgreSQL's processes serving the run are pinned to the load
+   generators' CPUs by default (``--database-cpus client``: the database on
+   its own host, as PostgreSQL at scale runs), or with ``--database-cpus
+   server`` to the server's, so that the database's work counts against the
+   gate too.
+3. Serves both the way the README recommends for production, ``kcert serve
+   --workers N`` (:func:`kcert.api.serve.serve`: uvicorn with uvloop and
+   httptools, one worker per server CPU, no access log, a listening socket
+   that keeps TCP_NODELAY). The bare endpoint (same route shape, same bearer
+   header, no database) is served with exactly the same options.
+4. Drives both from a separate process in alternating rounds, so drift on a
+   shared machine hits both alike: wrk for saturation throughput when it is
+   installed (Debian: ``apt-get install -y wrk``), else ``bench/loadgen.py`` in
+   closed loop; then ``bench/loadgen.py`` in open loop at 25%, 50% and 80% of
+   the bare endpoint's saturation rate, for tail latency.
+5. Prints requests per second, p50 and p99 for each, the ratios, and whether
+   the goals hold (gate >= half the bare throughput, gate p99 < 10 ms at 80% of
+   the bare endpoint's saturation). Exit code 0 when they hold, 1 when not, 2
+   when the bench could not run.
 
-Gate queries are a fixed mix: 50% promoted kernels on their target (allow),
-25% certified kernels on a target they are not promoted to (deny after the
-policy runs), 25% kernels on a target with no matching certificate.
+Two gate mixes. *Repeat*: a fixed set of 2,000 queries, 50% promoted kernels on
+their target (allow), 25% certified kernels on a target they are not promoted
+to (deny after the policy runs), 25% kernels on a target with no matching
+certificate: a fleet's deploys ask the same questions again and again, so
+after a warm-up these are answered from the gate's cache after its one
+version-and-token query. *Uncached*: every query a (kernel, target) pair the
+servers have not seen, so every answer is computed (the kernel's
+certificates read, the policy run): the cost after every state change, since
+any change empties every cache.
 """
 
 from __future__ import annotations
@@ -43,13 +56,14 @@ import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -64,9 +78,13 @@ from fastapi import FastAPI, Header, HTTPException, Query  # noqa: E402
 from gate_seed import Plan, make_gate_token, postgres_database, sqlite_database  # noqa: E402
 from loadgen import LoadResult, LoadSpec  # noqa: E402
 
+from kcert.api.serve import APP_FACTORY, freeze_startup_heap  # noqa: E402
+
 GATE_GOAL_RATIO = 0.5
 P99_GOAL_MS = 10.0
 LOAD_FRACTION = 0.8
+#: Open-loop loads, as fractions of the bare endpoint's saturation (the goal is at 80%).
+LOAD_SWEEP = (0.25, 0.5, LOAD_FRACTION)
 BARE_TOKEN_ENV = "KCERT_BENCH_BARE_TOKEN"
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -78,16 +96,15 @@ def bare_app() -> FastAPI:
     """The baseline: FastAPI's own cost for a route shaped like the gate, with no database.
 
     Same method, path, query parameters and validation, same bearer check (a
-    string compare), a JSON answer of the same shape. A plain ``def``, as such a
-    route is usually written, so it pays for FastAPI's thread-pool hop; the
-    gate route is ``async`` and answers on the event loop without one (an
-    ``async`` bare endpoint would be a stricter baseline).
+    constant-time compare), a JSON answer of the same shape. ``async``, like the
+    gate route, so neither pays for a hop to FastAPI's thread pool: the
+    strictest baseline a FastAPI route can offer.
     """
     expected = f"Bearer {os.environ[BARE_TOKEN_ENV]}"
     app = FastAPI(title="bare")
 
     @app.get("/v1/gate")
-    def gate(
+    async def gate(
         kernel: Annotated[str, Query(max_length=71, pattern=r"^(sha256:)?[0-9a-f]{64}$")],
         target: Annotated[str, Query(max_length=128)],
         authorization: Annotated[str | None, Header()] = None,
@@ -96,6 +113,7 @@ def bare_app() -> FastAPI:
             raise HTTPException(status_code=401)
         return {"allow": False, "reasons": [f"bare endpoint for {target}"], "certificate": None}
 
+    freeze_startup_heap()  # as kcert.api.serve.serving_app does for the registry
     return app
 
 
@@ -108,35 +126,79 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def uvicorn_command(app: str, port: int, workers: int, *, app_dir: Path | None = None,
-                    stock: bool = False) -> list[str]:  # fmt: skip
-    """The serving command, for the registry and the baseline alike.
 
-    By default :func:`serve_nodelay` (uvicorn's own workers, over a listening
-    socket that keeps TCP_NODELAY); with ``stock`` the plain uvicorn CLI, whose
-    ``--workers N`` loses TCP_NODELAY (Kludex/uvicorn#3149) and so adds a
-    delayed-ACK wait of about 40 ms to every keep-alive request after the first.
+
+@dataclass(frozen=True, slots=True)
+class CpuSplit:
+    """Which CPUs serve and which load; empty ``client`` means no split (one CPU)."""
+
+    server: tuple[int, ...]
+    client: tuple[int, ...]
+
+    @classmethod
+    def choose(cls, server: str | None, client: str | None) -> CpuSplit:
+        available = sorted(os.sched_getaffinity(0))
+        if server is None and client is None:
+            if len(available) < 2:
+                return cls(tuple(available), ())
+            half = len(available) // 2
+            return cls(tuple(available[:half]), tuple(available[half:]))
+        if server is None or client is None:
+            raise ValueError("give both --server-cpus and --client-cpus, or neither")
+        chosen = cls(_cpu_list(server), _cpu_list(client))
+        if set(chosen.server) & set(chosen.client):
+            raise ValueError("--server-cpus and --client-cpus overlap")
+        missing = set(chosen.server + chosen.client) - set(available)
+        if missing:
+            raise ValueError(f"CPUs {sorted(missing)} are not available to this process")
+        return chosen
+
+    def describe(self) -> str:
+        if not self.client:
+            return f"server and load generator share CPU {_cpus(self.server)} (one CPU: no split)"
+        return f"server on CPUs {_cpus(self.server)}, load generators on CPUs {_cpus(self.client)}"
+
+
+def _cpu_list(text: str) -> tuple[int, ...]:
+    """``0,2-3`` -> (0, 2, 3)."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"not a CPU list: {text!r} (for example 0,2-3)")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(sorted(set(cpus)))
+
+
+def _cpus(cpus: Sequence[int]) -> str:
+    return ",".join(map(str, cpus))
+
+
+def serve_command(app: str, port: int, workers: int, cpus: Sequence[int], *,
+                  app_dir: Path | None = None, stock: bool = False) -> list[str]:  # fmt: skip
+    """The serving command, for the registry and the baseline alike, pinned to ``cpus``.
+
+    By default :func:`serve_pinned` (:func:`kcert.api.serve.serve`, what
+    ``kcert serve`` runs); with ``stock`` the plain uvicorn CLI, whose
+    ``--workers N`` (N > 1) loses TCP_NODELAY (Kludex/uvicorn#3149) and so adds
+    a delayed-ACK wait of about 40 ms to every keep-alive request after the first.
     """
     if not stock:
         return [sys.executable, str(Path(__file__).resolve()), "_serve", app, str(port),
-                str(workers), str(app_dir or "")]  # fmt: skip
-    cmd = [sys.executable, "-m", "uvicorn", app, "--factory", "--host", "127.0.0.1",
-           "--port", str(port), "--workers", str(workers), "--no-access-log",
-           "--log-level", "warning"]  # fmt: skip
+                str(workers), str(app_dir or ""), _cpus(cpus)]  # fmt: skip
+    cmd = ["taskset", "-c", _cpus(cpus), sys.executable, "-m", "uvicorn", app, "--factory",
+           "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+           "--no-access-log", "--log-level", "warning"]  # fmt: skip
     if app_dir is not None:
         cmd += ["--app-dir", str(app_dir)]
     return cmd
 
 
-def serve_nodelay(app: str, port: int, workers: int, app_dir: str) -> None:
-    """``uvicorn APP --factory --workers N --no-access-log`` with a TCP_NODELAY-safe socket.
-
-    This is :func:`kcert.api.serve.serve`, the function behind ``kcert serve
-    --workers N``, so the bench measures what users run; the bare endpoint is
-    served by the same function with the same options.
-    """
+def serve_pinned(app: str, port: int, workers: int, app_dir: str, cpus: str) -> None:
+    """``kcert serve --workers N`` for ``app`` on ``cpus`` (worker processes inherit them)."""
     from kcert.api.serve import serve
 
+    os.sched_setaffinity(0, _cpu_list(cpus))
     serve(host="127.0.0.1", port=port, workers=workers, access_log=False, app=app,
           app_dir=app_dir or None, log_level="warning")  # fmt: skip
 
@@ -181,6 +243,38 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
+def pin_database(url: str, cpus: Sequence[int], where: str) -> str:
+    """Pin the PostgreSQL processes serving the run's database to ``cpus``; say what happened.
+
+    The servers' connections are open by now (the warm-up made them), so their
+    backends are exactly the ones with the run's database name.
+    """
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    target = make_url(url)
+    admin = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            pids = [int(r[0]) for r in conn.execute(
+                text("SELECT pid FROM pg_stat_activity WHERE datname = :n"),
+                {"n": target.database})]  # fmt: skip
+    finally:
+        admin.dispose()
+    pinned = 0
+    for pid in pids:
+        try:
+            os.sched_setaffinity(pid, cpus)
+            pinned += 1
+        except OSError:
+            pass
+    if pids and pinned == len(pids):
+        return f"PostgreSQL: its {pinned} processes serving the run pinned to the {where}'s CPUs"
+    return (f"PostgreSQL: pinned {pinned} of its {len(pids)} processes serving the run to the "
+            f"{where}'s CPUs (the rest run anywhere: pinning another user's processes needs "
+            "root)")  # fmt: skip
+
+
 # ---------------------------------------------------------------------------- load
 
 
@@ -191,13 +285,14 @@ def saturate(port: int, paths: Sequence[str], token: str, args: argparse.Namespa
     if wrk is None:
         return loadgen(port, paths, token, work, mode="closed", duration=args.duration,
                        connections=args.connections)  # fmt: skip
-    script = work / "paths.lua"
-    quoted = ",\n".join(json.dumps(p) for p in paths)
-    script.write_text(
-        "local paths = {\n" + quoted + "\n}\nlocal i = 0\n"
-        "request = function()\n  i = i + 1\n  return wrk.format(nil, paths[(i % #paths) + 1])\n"
-        "end\n"
-    )
+    script = work / f"paths-{port}-{len(paths)}.lua"
+    if not script.exists():
+        quoted = ",\n".join(json.dumps(p) for p in paths)
+        script.write_text(
+            "local paths = {\n" + quoted + "\n}\nlocal i = 0\n"
+            "request = function()\n  i = i + 1\n"
+            "  return wrk.format(nil, paths[((i - 1) % #paths) + 1])\nend\n"
+        )
     cmd = [wrk, "-t", str(args.wrk_threads), "-c", str(args.connections),
            "-d", f"{max(1, round(args.duration))}s", "--latency", "-s", str(script),
            "-H", f"Authorization: Bearer {token}", f"http://127.0.0.1:{port}"]  # fmt: skip
@@ -255,38 +350,44 @@ def loadgen(port: int, paths: Sequence[str], token: str, work: Path, *, mode: st
 # ---------------------------------------------------------------------------- the run
 
 
+@dataclass(slots=True)
+class Phase:
+    """One measured load, repeated once per round."""
+
+    name: str
+    runs: list[LoadResult] = field(default_factory=list)
+
+    def median(self, attr: str) -> float:
+        return float(statistics.median(getattr(r, attr) for r in self.runs))
+
+    @property
+    def failed(self) -> int:
+        return sum(r.errors + r.non_2xx for r in self.runs)
+
+
 @dataclass(frozen=True, slots=True)
-class Figures:
-    saturation: LoadResult
-    at_load: LoadResult
-    #: Open loop at 80% of this server's own saturation (its tail when not overloaded).
-    at_own_load: LoadResult | None = None
-
-
-def measure(port: int, paths: Sequence[str], token: str, args: argparse.Namespace, work: Path,
-            rate: float | None) -> tuple[LoadResult, LoadResult | None]:  # fmt: skip
-    # A short warm-up fills the connection pools and the database's page cache.
-    loadgen(port, paths, token, work, mode="closed", duration=1.0, connections=4)
-    sat = saturate(port, paths, token, args, work)
-    if rate is None:
-        return sat, None
-    opened = loadgen(port, paths, token, work, mode="open", duration=args.duration,
-                     connections=args.connections, rate=rate)  # fmt: skip
-    return sat, opened
+class Server:
+    port: int
+    token: str
 
 
 def run(args: argparse.Namespace) -> int:
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    split = CpuSplit.choose(args.server_cpus, args.client_cpus)
+    workers = args.workers or len(split.server)
     plan = Plan(certificates=args.certificates, targets=args.targets)
-    paths = plan.queries()
-    tool = shutil.which("wrk")
-    if tool:
-        say(f"saturation load: wrk at {tool}")
+    repeat = plan.queries()
+    uncached = plan.unseen_queries(args.rounds, per_round=args.uncached_per_round,
+                                   seen=repeat)  # fmt: skip
+    client = "wrk" if shutil.which("wrk") else "loadgen.py"
+    if client == "wrk":
+        say(f"saturation load: wrk at {shutil.which('wrk')}")
     else:
         say("saturation load: bench/loadgen.py in closed loop (wrk is not installed; "
             "for a lighter client: apt-get install -y wrk)")  # fmt: skip
+    say(split.describe())
     with tempfile.TemporaryDirectory(prefix="kcert-bench-gate-") as tmp:
         work = Path(tmp)
         home = work / "home"
@@ -296,81 +397,128 @@ def run(args: argparse.Namespace) -> int:
         else:
             db = sqlite_database(plan, args.cache_dir, work, say)
         with db as url:
-            token = make_gate_token(url)
-            bare_token = secrets.token_urlsafe(32)
+            bare = Server(free_port(), secrets.token_urlsafe(32))
+            gate = Server(free_port(), make_gate_token(url))
             env = {**os.environ, "KCERT_HOME": str(home), "KCERT_DATABASE_URL": url,
                    "KCERT_ADMIN_TOKEN": secrets.token_urlsafe(32),
-                   BARE_TOKEN_ENV: bare_token}  # fmt: skip
-            port = free_port()
-            cmd = uvicorn_command("gate:bare_app", port, args.workers, app_dir=BENCH,
-                                  stock=args.stock_uvicorn)  # fmt: skip
-            say(f"bare endpoint: {' '.join(cmd)}")
-            with served(cmd, env, port, work / "bare.log"):
-                bare_sat, _ = measure(port, paths, bare_token, args, work, None)
-                rate = LOAD_FRACTION * bare_sat.rps
-                bare_open = loadgen(port, paths, bare_token, work, mode="open",
-                                    duration=args.duration, connections=args.connections,
-                                    rate=rate)  # fmt: skip
-            port = free_port()
-            cmd = uvicorn_command("kcert.api.app:create_app", port, args.workers,
-                                  stock=args.stock_uvicorn)  # fmt: skip
-            say(f"registry: {' '.join(cmd)}")
-            with served(cmd, env, port, work / "gate.log"):
-                gate_sat, gate_open = measure(port, paths, token, args, work, rate)
-                gate_own = loadgen(port, paths, token, work, mode="open",
-                                   duration=args.duration, connections=args.connections,
-                                   rate=LOAD_FRACTION * gate_sat.rps)  # fmt: skip
-            assert gate_open is not None
-            problems = [r for r in (bare_sat, gate_sat, bare_open, gate_open, gate_own)
-                        if r.errors or r.non_2xx]  # fmt: skip
-    report(args, plan, Figures(bare_sat, bare_open), Figures(gate_sat, gate_open, gate_own), rate)
-    if problems:
+                   BARE_TOKEN_ENV: bare.token}  # fmt: skip
+            bare_cmd = serve_command("gate:bare_app", bare.port, workers, split.server,
+                                     app_dir=BENCH, stock=args.stock_uvicorn)  # fmt: skip
+            gate_cmd = serve_command(APP_FACTORY, gate.port, workers,
+                                     split.server, stock=args.stock_uvicorn)  # fmt: skip
+            say(f"bare endpoint: {' '.join(bare_cmd)}")
+            say(f"registry: {' '.join(gate_cmd)}")
+            if split.client:
+                # wrk and the load generator inherit this; the servers pin themselves.
+                os.sched_setaffinity(0, split.client)
+            with (served(bare_cmd, env, bare.port, work / "bare.log"),
+                  served(gate_cmd, env, gate.port, work / "gate.log")):  # fmt: skip
+                pin = None
+                if args.database == "postgres" and split.client:
+                    cpus = split.server if args.database_cpus == "server" else split.client
+                    pin = (url, cpus, args.database_cpus)
+                figures = measure(args, workers, bare, gate, repeat, uncached, work, say, pin)
+    report(args, plan, split, workers, client, figures)
+    phases = figures.phases
+    if any(p.failed for p in phases.values()):
         say("some requests failed or were answered with non-2xx: see the table")
         return 2
-    ratio_ok = gate_sat.rps >= GATE_GOAL_RATIO * bare_sat.rps
-    p99_ok = gate_open.p99_ms < P99_GOAL_MS
-    return 0 if ratio_ok and p99_ok else 1
+    return 0 if figures.ratio("gate") >= GATE_GOAL_RATIO and figures.p99_ok else 1
 
 
-def report(args: argparse.Namespace, plan: Plan, bare: Figures, gate: Figures,
-           rate: float) -> None:  # fmt: skip
-    client = "wrk" if shutil.which("wrk") else "loadgen.py"
-    print(f"gate bench: {args.database}, {plan.certificates} certificates, {plan.targets} targets,"
-          f" uvicorn --workers {args.workers}, {os.cpu_count()} CPUs, "
-          f"{args.connections} connections, {args.duration:g} s per phase")  # fmt: skip
-    print(f"{'':26}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
-    rows = [
-        (f"bare, saturated ({client})", bare.saturation),
-        (f"gate, saturated ({client})", gate.saturation),
-        (f"bare, open loop {rate:.0f}/s", bare.at_load),
-        (f"gate, open loop {rate:.0f}/s", gate.at_load),
-    ]
-    if gate.at_own_load is not None:
-        own = gate.at_own_load.offered_rps
-        rows.append((f"gate, open loop {own:.0f}/s*", gate.at_own_load))
-    for name, r in rows:
-        print(f"{name:26}{r.rps:10.0f}{r.p50_ms:9.2f}{r.p99_ms:9.2f}{r.errors + r.non_2xx:8d}")
-    print("* 80% of the gate's own saturation: its tail latency when it is not overloaded")
-    ratio = gate.saturation.rps / bare.saturation.rps if bare.saturation.rps else 0.0
-    p50 = gate.saturation.p50_ms / bare.saturation.p50_ms if bare.saturation.p50_ms else 0.0
-    p99 = gate.saturation.p99_ms / bare.saturation.p99_ms if bare.saturation.p99_ms else 0.0
-    print(
-        f"gate/bare: throughput {ratio:.2f} (goal >= {GATE_GOAL_RATIO}), "
-        f"p50 {p50:.2f}x, p99 {p99:.2f}x"
-    )
-    if bare.at_load.rps < 0.95 * rate:
-        # The bare endpoint keeps up at 80% of its own saturation; if it did not get the
-        # offered rate, the Python load generator (sharing the CPUs) was the limit.
-        print(
-            f"note: the load generator delivered only {bare.at_load.rps:.0f}/s of {rate:.0f}/s "
-            "to the bare endpoint: on this machine the client, not the server, set that limit"
-        )
-    ok = "met" if gate.at_load.p99_ms < P99_GOAL_MS else "MISSED"
-    print(
-        f"gate p99 at {LOAD_FRACTION:.0%} of bare saturation ({rate:.0f}/s offered, "
-        f"{gate.at_load.rps:.0f}/s served): {gate.at_load.p99_ms:.2f} ms "
-        f"(goal < {P99_GOAL_MS:g} ms: {ok})"
-    )
+@dataclass(slots=True)
+class Figures:
+    phases: dict[str, Phase]
+    #: Open-loop rates offered, by fraction of the bare endpoint's saturation.
+    rates: dict[float, float]
+    notes: list[str]
+
+    def ratios(self, name: str) -> list[float]:
+        """Per round: this phase's throughput over the bare endpoint's in the same round."""
+        pairs = zip(self.phases[name].runs, self.phases["bare"].runs, strict=True)
+        return [r.rps / b.rps if b.rps else 0.0 for r, b in pairs]
+
+    def ratio(self, name: str) -> float:
+        return statistics.median(self.ratios(name))
+
+    @property
+    def p99_ok(self) -> bool:
+        return self.phases[f"gate open {LOAD_FRACTION}"].median("p99_ms") < P99_GOAL_MS
+
+
+def measure(args: argparse.Namespace, workers: int, bare: Server, gate: Server,
+            repeat: Sequence[str], uncached: Sequence[Sequence[str]], work: Path, say: Any,
+            pin: tuple[str, Sequence[int], str] | None) -> Figures:  # fmt: skip
+    phases = {name: Phase(name) for name in ("bare", "gate", "gate uncached")}
+    notes: list[str] = []
+    # Warm-up: connection pools, the database's page cache, and the gate's cache for the
+    # repeat mix (each worker must have answered each query once; connections are spread
+    # over workers by the kernel, so pass over the queries several times per worker).
+    loadgen(bare.port, repeat, bare.token, work, mode="closed", duration=1.0, connections=4)
+    warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
+    for _ in range(max(1, workers)):
+        saturate(gate.port, repeat, gate.token, warm, work)
+    if pin is not None:
+        notes.append(pin_database(*pin))
+        say(notes[-1])
+    for r in range(args.rounds):
+        say(f"round {r + 1}/{args.rounds}: bare, gate (repeat mix), gate (uncached)")
+        phases["bare"].runs.append(saturate(bare.port, repeat, bare.token, args, work))
+        phases["gate"].runs.append(saturate(gate.port, repeat, gate.token, args, work))
+        phases["gate uncached"].runs.append(
+            saturate(gate.port, uncached[r], gate.token, args, work))
+    rates = {f: f * phases["bare"].median("rps") for f in LOAD_SWEEP}
+    for fraction, rate in rates.items():
+        say(f"open loop at {rate:.0f}/s ({fraction:.0%} of the bare endpoint's saturation)")
+        for _ in range(args.rounds):
+            for name, server in (("bare", bare), ("gate", gate)):
+                phase = phases.setdefault(f"{name} open {fraction}", Phase(name))
+                phase.runs.append(loadgen(server.port, repeat, server.token, work, mode="open",
+                                          duration=args.duration, connections=args.connections,
+                                          rate=rate))  # fmt: skip
+    rate = rates[LOAD_FRACTION]
+    delivered = phases[f"bare open {LOAD_FRACTION}"].median("rps")
+    if delivered < 0.95 * rate:
+        notes.append(f"the load generator delivered only {delivered:.0f}/s of {rate:.0f}/s to "
+                     "the bare endpoint: the client, not the server, set that limit")  # fmt: skip
+    return Figures(phases, rates, notes)
+
+
+def report(args: argparse.Namespace, plan: Plan, split: CpuSplit, workers: int, client: str,
+           figures: Figures) -> None:  # fmt: skip
+    phases = figures.phases
+    print(f"gate bench: {args.database}, {plan.certificates} certificates, {plan.targets} "
+          f"targets; {split.describe()}; kcert serve --workers {workers}; {client}, "
+          f"{args.connections} connections; {args.rounds} rounds of {args.duration:g} s; "
+          "medians over the rounds")  # fmt: skip
+    rows = [(f"bare, saturated ({client})", phases["bare"]),
+            (f"gate, saturated ({client})", phases["gate"]),
+            ("gate uncached, saturated", phases["gate uncached"])]  # fmt: skip
+    for fraction, rate in figures.rates.items():
+        for name in ("bare", "gate"):
+            label = f"{name}, open loop {rate:.0f}/s ({fraction:.0%})"
+            rows.append((label, phases[f"{name} open {fraction}"]))
+    print(f"{'':34}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+    for label, phase in rows:
+        print(f"{label:34}{phase.median('rps'):9.0f}{phase.median('p50_ms'):9.2f}"
+              f"{phase.median('p99_ms'):9.2f}{phase.failed:8d}")  # fmt: skip
+    print("open loop: requests sent at a fixed rate whatever the server does, each latency "
+          "counted from its scheduled time; (n%) of the bare endpoint's saturation")  # fmt: skip
+    for name, label in (("gate", "gate/bare throughput"),
+                        ("gate uncached", "gate uncached/bare throughput")):  # fmt: skip
+        rounds = " ".join(f"{x:.2f}" for x in figures.ratios(name))
+        verdict = "met" if figures.ratio(name) >= GATE_GOAL_RATIO else "MISSED"
+        print(f"{label}: {figures.ratio(name):.2f} (rounds: {rounds}; goal >= "
+              f"{GATE_GOAL_RATIO}): {verdict}")  # fmt: skip
+    rate = figures.rates[LOAD_FRACTION]
+    gate_open = phases[f"gate open {LOAD_FRACTION}"]
+    bare_open = phases[f"bare open {LOAD_FRACTION}"]
+    print(f"gate p99 at {LOAD_FRACTION:.0%} of bare saturation ({rate:.0f}/s offered, "
+          f"{gate_open.median('rps'):.0f}/s served): {gate_open.median('p99_ms'):.2f} ms "
+          f"(bare: {bare_open.median('p99_ms'):.2f} ms; goal < {P99_GOAL_MS:g} ms: "
+          f"{'met' if figures.p99_ok else 'MISSED'})")  # fmt: skip
+    for note in figures.notes:
+        print(f"note: {note}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -378,33 +526,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--postgres-url", default=os.environ.get("KCERT_TEST_POSTGRES_URL",
                                                                  PG_DEFAULT))  # fmt: skip
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="uvicorn worker processes (default: one per CPU)",
-    )
+    parser.add_argument("--server-cpus", help="CPUs for the servers, e.g. 0 or 0-3 "
+                        "(default: the first half of this process's CPUs)")  # fmt: skip
+    parser.add_argument("--client-cpus", help="CPUs for the load generators (default: the rest)")
+    parser.add_argument("--database-cpus", choices=["client", "server"], default="client",
+                        help="PostgreSQL only: pin the database's processes with the load "
+                        "generators (as on a host of its own) or with the servers")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=0,
+                        help="uvicorn worker processes (default: one per server CPU)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of each phase")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per phase")
+    parser.add_argument("--warmup", type=float, default=2.0,
+                        help="seconds of repeat-mix load per worker before measuring")  # fmt: skip
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--wrk-threads", type=int, default=1)
     parser.add_argument("--certificates", type=int, default=10_000)
     parser.add_argument("--targets", type=int, default=100)
+    parser.add_argument("--uncached-per-round", type=int, default=40_000,
+                        help="distinct unasked queries per round for the uncached mix")  # fmt: skip
     parser.add_argument("--cache-dir", type=Path,
                         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
                         / "kcert-bench")  # fmt: skip
     parser.add_argument(
         "--stock-uvicorn",
         action="store_true",
-        help="serve with the plain uvicorn CLI (shows its TCP_NODELAY bug)",
+        help="serve with the plain uvicorn CLI (with --workers 2+ it shows its TCP_NODELAY bug)",
     )
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_serve"]:
-        serve_nodelay(argv[1], int(argv[2]), int(argv[3]), argv[4])
+        serve_pinned(argv[1], int(argv[2]), int(argv[3]), argv[4], argv[5])
         return 0
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.duration <= 0 or args.workers < 0:
+        parser.error("--rounds must be at least 1, --duration positive, --workers not negative")
     try:
         return run(args)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         print(f"gate bench could not run: {exc}", file=sys.stderr)
         return 2
 

@@ -93,8 +93,31 @@ class Plan:
                 t = on[1]
             else:
                 t = next(x for x in range(self.targets) if x not in on)
-            paths.append(f"/v1/gate?kernel={self.kernel_digest(k)}&target={self.target_name(t)}")
+            paths.append(self.gate_path(k, t))
         return paths
+
+    def gate_path(self, k: int, t: int) -> str:
+        return f"/v1/gate?kernel={self.kernel_digest(k)}&target={self.target_name(t)}"
+
+    def unseen_queries(self, rounds: int, *, per_round: int, seen: list[str]) -> list[list[str]]:
+        """Per round, distinct gate paths asked in no other round and not in ``seen``.
+
+        Every (kernel, target) pair at most once, so a server answering them
+        computes every answer; most are denials, each after the kernel's
+        certificates are read and the policy runs.
+        """
+        wanted = rounds * per_round
+        skip = set(seen)
+        order = list(range(self.kernels * self.targets))
+        random.Random(11).shuffle(order)
+        paths = (self.gate_path(pair // self.targets, pair % self.targets) for pair in order)
+        chosen = [p for p in paths if p not in skip][:wanted]
+        if len(chosen) < wanted:
+            raise ValueError(
+                f"{rounds} rounds of {per_round} unseen queries need {wanted} (kernel, target) "
+                f"pairs besides the repeat mix; this plan has {len(chosen)}"
+            )
+        return [chosen[r * per_round : (r + 1) * per_round] for r in range(rounds)]
 
 
 def _sign_chunk(args: tuple[bytes, Plan, list[tuple[int, int]]]) -> list[bytes]:

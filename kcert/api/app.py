@@ -9,6 +9,8 @@ the audit log's public routes.
 from __future__ import annotations
 
 import importlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -35,6 +37,7 @@ def create_app(
         title="kcert registry",
         version=__version__,
         description="Certificates of GPU kernels, trusted keys, targets, promotions and the gate.",
+        lifespan=_lifespan,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -54,6 +57,13 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(LastResortMiddleware)
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    # The gate's own read connections (outside the engine's pool); the engine's stay its owner's.
+    app.state.gatekeeper.close()
 
 
 def _log_router() -> Any:

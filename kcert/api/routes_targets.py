@@ -82,13 +82,13 @@ async def gate(
     target: Annotated[str, Query(max_length=128, pattern=NAME_PATTERN)],
 ) -> Response:
     """May this kernel run on this target now? Read-only. Needs the scope ``gate:read``."""
-    # The hot route, answered on the event loop: one short indexed read (a cached answer)
-    # or two (a new one), with no session or principal dependency layers. A hop to the
-    # thread pool costs more CPU than the read itself, and under the GIL it buys no
-    # parallelism for CPU-bound work; the pool keeps a connection for the loop
-    # (kcert.registry.db.POOL_MAX), so the loop never waits on the route threads.
+    # The hot route, answered on the event loop: a read of the registry's version (a cached
+    # answer) or two indexed reads (a new one), with no session or principal dependency
+    # layers, on the gatekeeper's own connections (never waiting for the route threads'
+    # pool). A hop to the thread pool costs more CPU than a read, and under the GIL it buys
+    # no parallelism; PostgreSQL's round trips are awaited, so the loop serves others meanwhile.
     gatekeeper: Gatekeeper[bytes] = request.app.state.gatekeeper
-    answer = gatekeeper.answer(token=token, kernel=kernel, target=target)
+    answer = await gatekeeper.answer(token=token, kernel=kernel, target=target)
     return Response(answer.rendered, media_type="application/json")
 
 

@@ -4,8 +4,8 @@ SQLite needs help to be a good multi-threaded registry: write transactions
 start with ``BEGIN IMMEDIATE`` so two writers queue on the database lock
 instead of both reading and then one failing to upgrade its lock (that is the
 "lost update" a naive setup gets), WAL lets readers run beside a writer, and
-foreign keys are switched on. Read-only work (the gate) uses a plain deferred
-``BEGIN`` through :func:`read_session` so gates never queue behind each other.
+foreign keys are switched on. Read-only work uses a plain deferred ``BEGIN``
+through :func:`read_session` so reads never queue behind each other.
 A write session's transactions after its first commit are read transactions
 too: the answer a route builds after committing must not keep the write lock
 (and every other writer) waiting until the session closes.
@@ -41,10 +41,10 @@ ALEMBIC_DIR = Path(kcert.__file__).resolve().parent.parent / "alembic"
 _READ_ONLY = "kcert_read_only"
 _SQLITE_BUSY_MS = 30_000
 #: Connections per engine: the API runs sync routes on anyio's default thread pool
-#: (40 threads), each holding at most one connection at a time, and answers the gate on
-#: the event loop (one more), which must never wait for a route thread to give one back.
+#: (40 threads), each holding at most one connection at a time. The gate reads on
+#: connections of its own (kcert.registry.fastread), never waiting for this pool.
 #: PostgreSQL keeps only ``_POOL_KEPT`` of them open between bursts (they are costly).
-POOL_MAX = 40 + 1
+POOL_MAX = 40
 _POOL_KEPT = 10
 #: Seconds a request waits for a pooled connection before answering 503.
 POOL_TIMEOUT_S = 10

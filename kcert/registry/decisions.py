@@ -109,6 +109,12 @@ def _candidates_statement(*, environment: bool) -> Select[Any]:
 _CANDIDATES = {flag: _candidates_statement(environment=flag) for flag in (False, True)}
 
 
+def candidates_statement(*, environment: bool) -> Select[Any]:
+    """The kernel's certificates with their signers' state (bind ``kernel``), newest first;
+    with the certificate's ``environment`` column when the target has drift fields."""
+    return _CANDIDATES[environment]
+
+
 def _connection(source: Session | Connection) -> Connection:
     return source.connection() if isinstance(source, Session) else source
 
@@ -136,13 +142,29 @@ def gather_inputs(
     """
     drift_fields = target.drift_fields if target is not None else None
     rows = _candidate_rows(session, kernel, environment=bool(drift_fields))
-    revoked_keys = tuple(sorted({r.keyid for r in rows if r.key_revoked_at is not None}))
+    trusted_keys = None
     if full_key_set:
         trusted = _connection(session).execute(
             sa_select(_key.c.keyid).where(_key.c.revoked_at.is_(None))
         )
         trusted_keys = tuple(sorted(trusted.scalars()))
-    else:
+    return inputs_from_rows(
+        rows, kernel=kernel, target_name=target_name, target=target, trusted_keys=trusted_keys
+    )
+
+
+def inputs_from_rows(
+    rows: Iterable[Any], *, kernel: str, target_name: str, target: TargetState | None,
+    trusted_keys: tuple[str, ...] | None,
+) -> PromotionInputs:  # fmt: skip
+    """The policy's inputs from the rows of :func:`candidates_statement` (pure).
+
+    ``trusted_keys`` ``None`` means: only the keys that signed a candidate.
+    """
+    rows = list(rows)
+    drift_fields = target.drift_fields if target is not None else None
+    revoked_keys = tuple(sorted({r.keyid for r in rows if r.key_revoked_at is not None}))
+    if trusted_keys is None:
         trusted_keys = tuple(
             sorted({r.keyid for r in rows if r.key_known and r.key_revoked_at is None})
         )
@@ -195,27 +217,38 @@ _GATE_TARGET = (
 def gate(*, session: Session, kernel: Digest, target: str) -> Decision:
     """May ``kernel`` run on ``target`` now? Read-only; never logs; two indexed queries."""
     kernel_id = str(kernel)
-    row = (
-        session.connection().execute(_GATE_TARGET, {"kernel": kernel_id, "target": target}).first()
+    connection = session.connection()
+    row = connection.execute(_GATE_TARGET, {"kernel": kernel_id, "target": target}).first()
+    state = gate_target(row)
+    rows = _candidate_rows(
+        connection, kernel_id, environment=state is not None and bool(state.drift_fields)
     )
-    return gate_on(session.connection(), kernel=kernel_id, target=target, row=row)
+    return gate_decision(kernel=kernel_id, target=target, row=row, candidates=rows)
 
 
-def gate_on(connection: Connection, *, kernel: str, target: str, row: Any) -> Decision:
-    """The gate's decision given its target row (the columns of ``_GATE_TARGET``, all
-    ``None`` or ``row`` itself ``None`` when there is no such target).
+def gate_target(row: Any) -> TargetState | None:
+    """The target in a row with the columns of ``_GATE_TARGET`` (all ``None``, or ``row``
+    itself ``None``, when there is no such target)."""
+    if row is None or row.hw_class is None:
+        return None
+    return TargetState(row.hw_class, row.fingerprint, row.drift_fields)
 
-    :mod:`kcert.registry.gatekeeper` reads that row in the same query as the
-    caller's token; everything else is :func:`gate`'s own path.
+
+def gate_decision(*, kernel: str, target: str, row: Any, candidates: Iterable[Any]) -> Decision:
+    """The gate's decision from its target row and the kernel's candidate rows (pure).
+
+    ``candidates`` are the rows of :func:`candidates_statement` with the
+    environment column exactly when the target has drift fields.
+    :mod:`kcert.registry.gatekeeper` reads both on the driver's cursor;
+    :func:`gate` through a session.
     """
-    known = row is not None and row.hw_class is not None
-    state = TargetState(row.hw_class, row.fingerprint, row.drift_fields) if known else None
-    inputs = gather_inputs(
-        connection, kernel=kernel, target_name=target, target=state, full_key_set=False
+    state = gate_target(row)
+    inputs = inputs_from_rows(
+        candidates, kernel=kernel, target_name=target, target=state, trusted_keys=None
     )
     promotion = (
         PromotionState(status=row.status, reason=row.suspend_reason)
-        if known and row.status is not None
+        if state is not None and row.status is not None
         else None
     )
     return decide_gate(inputs, promotion)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,3 +212,45 @@ def test_server_survived_without_unhandled_errors(hostile_server: RegistryServer
     log = Path(hostile_server.log).read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]
     assert "unhandled error" not in log, log[-3000:]
+
+
+def _answer(s: socket.socket) -> bytes:
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except (ConnectionResetError, TimeoutError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_a_header_trickled_without_end_is_cut_off_with_a_431(
+    hostile_server: RegistryServer,
+) -> None:
+    """httptools would buffer a header until it ends; the server stops reading at the cap."""
+    from kcert.api.http_protocol import MAX_REQUEST_HEAD_BYTES
+
+    sent = 0
+    with socket.create_connection(("127.0.0.1", hostile_server.port), timeout=30) as s:
+        s.sendall(b"GET /v1/keys HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ")
+        try:
+            while sent < 8 * MAX_REQUEST_HEAD_BYTES:  # never ends the header
+                s.sendall(b"a" * 1024)
+                sent += 1024
+                time.sleep(0.001)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # cut off, as it should be
+        data = _answer(s)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431"), data[:300]
+    assert b"application/problem+json" in head.lower()
+    assert json.loads(body)["status"] == 431
+
+
+def test_a_request_head_under_the_cap_is_served(hostile_server: RegistryServer) -> None:
+    case = Case("20 KB of headers", b"GET", b"/v1/keys", headers=((b"X-Pad", b"a" * 20_000),))
+    status, _, body = send_raw(hostile_server, case)
+    assert status == 200, body[:300]
