@@ -219,11 +219,15 @@ def gate(*, session: Session, kernel: Digest, target: str) -> Decision:
     kernel_id = str(kernel)
     connection = session.connection()
     row = connection.execute(_GATE_TARGET, {"kernel": kernel_id, "target": target}).first()
-    state = gate_target(row)
-    rows = _candidate_rows(
-        connection, kernel_id, environment=state is not None and bool(state.drift_fields)
-    )
+    rows = _candidate_rows(connection, kernel_id, environment=needs_environment(row))
     return gate_decision(kernel=kernel_id, target=target, row=row, candidates=rows)
+
+
+def needs_environment(row: Any) -> bool:
+    """Whether the gate's candidates need the certificates' environment column: when the
+    target in ``row`` (the columns of ``_GATE_TARGET``) names its own drift fields."""
+    state = gate_target(row)
+    return state is not None and bool(state.drift_fields)
 
 
 def gate_target(row: Any) -> TargetState | None:
@@ -237,8 +241,8 @@ def gate_target(row: Any) -> TargetState | None:
 def gate_decision(*, kernel: str, target: str, row: Any, candidates: Iterable[Any]) -> Decision:
     """The gate's decision from its target row and the kernel's candidate rows (pure).
 
-    ``candidates`` are the rows of :func:`candidates_statement` with the
-    environment column exactly when the target has drift fields.
+    ``candidates`` are the rows of :func:`candidates_statement`, with the
+    environment column exactly when :func:`needs_environment` says so.
     :mod:`kcert.registry.gatekeeper` reads both on the driver's cursor;
     :func:`gate` through a session.
     """

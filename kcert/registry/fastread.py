@@ -123,9 +123,10 @@ class ReadConnections:
     @asynccontextmanager
     async def session(self) -> AsyncIterator[Reader]:
         """A :class:`Reader` on a connection of its own; it must only read."""
-        connection, fresh = self._take()
+        connection = self._take()
+        fresh = connection is None
         if connection is None:
-            connection, fresh = await self._connect(), True
+            connection = await self._connect()
         session = _Session(self, connection, fresh)
         try:
             await self._begin(connection)
@@ -148,11 +149,9 @@ class ReadConnections:
             raise
         self._release(session)
 
-    def _take(self) -> tuple[Any, bool]:
-        try:
-            return self._free.pop(), False
-        except IndexError:
-            return None, True
+    def _take(self) -> Any | None:
+        """A free connection, or None."""
+        return self._free.pop() if self._free else None
 
     def _release(self, session: _Session) -> None:
         if session.connection is not None:
@@ -283,14 +282,14 @@ class _PostgresConnections(ReadConnections):
             raise _unavailable(exc) from exc
         return (asyncio.get_running_loop(), connection)
 
-    def _take(self) -> tuple[Any, bool]:
+    def _take(self) -> Any | None:
         loop = asyncio.get_running_loop()
         while self._free:
             entry = self._free.pop()
             if entry[0] is loop:
-                return entry, False
+                return entry
             self._close_one(entry)
-        return None, True
+        return None
 
     async def _begin(self, connection: Any) -> None:
         pass  # autocommit: every statement its own snapshot, as read committed gives

@@ -43,7 +43,7 @@ from sqlalchemy import Engine, and_, bindparam
 from sqlalchemy import select as sa_select
 
 from kcert.digest import Digest
-from kcert.registry.decisions import candidates_statement, gate_decision
+from kcert.registry.decisions import candidates_statement, gate_decision, needs_environment
 from kcert.registry.errors import RegistryUnavailable
 from kcert.registry.fastread import CompiledRead, one_or_none, read_connections
 from kcert.registry.log_models import LOG_STATE_ID, LogState
@@ -251,7 +251,7 @@ class Gatekeeper(Generic[T]):
                 return Answer(entry[1], cached=True)
             # Read after the version: the decision sees the state at `version` (SQLite: the
             # same snapshot) or a newer one (PostgreSQL), never an older one.
-            statement = self._candidates[bool(row.drift_fields)]
+            statement = self._candidates[needs_environment(row)]
             candidates = await reader.all(statement, {"kernel": kernel})
         self.misses += 1
         decision = gate_decision(kernel=kernel, target=target, row=row, candidates=candidates)
