@@ -1,7 +1,9 @@
 """Compile kernels to PTX and cubin without a GPU, and read what ptxas reports.
 
 CUDA C goes through NVRTC from pip (``cupy.cuda.nvrtc`` over the
-``nvidia-cuda-nvrtc`` wheel); no system CUDA and no driver are needed. The
+``nvidia-cuda-nvrtc`` wheel); no system CUDA and no driver are needed. NVRTC
+runs only in a sandboxed child (:mod:`kcert.certify.build_child`) over the
+bytes the spec read once; this process only checks and caches what comes back. The
 result is a typed :class:`Build`: PTX, cubin, the compiler log and the
 entry function's :class:`~kcert.certify.report.Resources`. Builds are cached
 under ``$KCERT_HOME/cache/builds`` by a content address over everything that
@@ -19,14 +21,22 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from kcert.certify.build_child import (
+    ChildBuildError,
+    ChildBuilds,
+    ChildCompilerMissing,
+    RawBuild,
+    build_in_child,
+)
 from kcert.certify.environment import HW_CLASSES
 from kcert.certify.report import BuildRecord, Resources
+from kcert.certify.sources import SourceBundle
 from kcert.certify.spec import KernelSpec
 from kcert.digest import Digest
 from kcert.errors import KcertError
@@ -40,7 +50,7 @@ HW_ARCH: Mapping[str, str] = {
 DEFAULT_HW = "H100"
 _ARCH = re.compile(r"^sm_(\d{2,3})[af]?$")
 #: Bumped whenever the cached layout or the way a build is made changes.
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 3
 
 
 class BuildError(KcertError):
@@ -256,16 +266,18 @@ def compile_options(kernel: KernelSpec, arch: str) -> tuple[str, ...]:
     return (f"--gpu-architecture={arch}", "--ptxas-options=-v", *kernel.build_options)
 
 
-def build_cuda(kernel: KernelSpec, *, arch: str, use_cache: bool = True) -> Build:
-    """Compile a CUDA C kernel with NVRTC to PTX and cubin for ``arch``."""
+def build_cuda(
+    kernel: KernelSpec, *, arch: str, use_cache: bool = True, sandbox: bool = True
+) -> Build:  # fmt: skip
+    """Compile a CUDA C kernel with NVRTC to PTX and cubin for ``arch``, in a sandboxed child.
+
+    The source is the spec's bytes as read once (:mod:`kcert.certify.sources`),
+    with the local headers read beside it; NVRTC runs in the child only.
+    """
     if kernel.language != "cuda":
         raise BuildError(f"kernel '{kernel.name}' is {kernel.language}, not CUDA C")
     check_arch(arch)
     options = compile_options(kernel, arch)
-    try:
-        source = kernel.source.read_bytes()
-    except OSError as exc:
-        raise kernel.error("source", f"cannot read {kernel.source}: {exc.strerror}") from exc
     compiler = f"nvrtc {nvrtc_version()}"
     key = Digest.of_json(
         {
@@ -275,8 +287,9 @@ def build_cuda(kernel: KernelSpec, *, arch: str, use_cache: bool = True) -> Buil
             "release": _nvrtc_release(),
             "arch": arch,
             "options": list(options),
-            "name": kernel.source.name,
-            "source": Digest.of_bytes(source).hex,
+            "name": kernel.code.main.name,
+            "source": kernel.code.digest.hex,
+            "includes": {f.name: f.digest.hex for f in kernel.code.includes},
         }
     )
     stored = load_cached(key) if use_cache else None
@@ -284,7 +297,8 @@ def build_cuda(kernel: KernelSpec, *, arch: str, use_cache: bool = True) -> Buil
         ptx, cubin, log = stored
         cached = True
     else:
-        ptx, cubin, log = _nvrtc_compile(source, kernel.source.name, options, arch)
+        raw = _in_child(kernel, arch, sandbox).builds[0]
+        ptx, cubin, log = raw.ptx, raw.cubin, raw.log
         if use_cache:
             store_cached(key, ptx, cubin, log)
         cached = False
@@ -293,15 +307,36 @@ def build_cuda(kernel: KernelSpec, *, arch: str, use_cache: bool = True) -> Buil
     )
 
 
+def _in_child(
+    kernel: KernelSpec, arch: str, sandbox: bool, const_sets: Sequence[Mapping[str, int]] = ()
+) -> ChildBuilds:  # fmt: skip
+    """Run the compile in a sandboxed child; its failures become this module's errors."""
+    try:
+        return build_in_child(kernel, arch=arch, const_sets=const_sets, sandbox=sandbox)
+    except ChildCompilerMissing as exc:
+        raise CompilerUnavailable(str(exc)) from exc
+    except ChildBuildError as exc:
+        raise BuildError(exc.message, log=exc.log) from exc
+
+
+def compile_cuda(kernel: KernelSpec, arch: str) -> RawBuild:
+    """NVRTC over the spec's bytes; runs in the build child (``kcert.certify.worker``)."""
+    options = compile_options(kernel, arch)
+    ptx, cubin, log = _nvrtc_compile(kernel.code, options, arch)
+    return RawBuild(options, f"nvrtc {nvrtc_version()}", ptx, cubin, log)
+
+
 def _nvrtc_compile(
-    source: bytes, name: str, options: tuple[str, ...], arch: str
+    code: SourceBundle, options: tuple[str, ...], arch: str
 ) -> tuple[bytes, bytes, str]:
     nvrtc = _nvrtc()
+    name = code.main.name
     try:
-        text = source.decode("utf-8")
+        text = code.main.text()
+        headers = [f.text() for f in code.includes]
     except UnicodeDecodeError as exc:
-        raise BuildError(f"{name} is not UTF-8 text") from exc
-    program = nvrtc.createProgram(text, name, [], [])
+        raise BuildError(f"{name} or a header it includes is not UTF-8 text") from exc
+    program = nvrtc.createProgram(text, name, headers, [f.name for f in code.includes])
     try:
         try:
             nvrtc.compileProgram(program, list(options))

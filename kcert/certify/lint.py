@@ -13,8 +13,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kcert.certify.build import Build, BuildError, build_cuda, ptx_param_sizes
+from kcert.certify.module_check import check_module
 from kcert.certify.report import CheckResult, Resources, Status
 from kcert.certify.spec import BufferArg, KernelSpec, ScalarArg, SpecError
+from kcert.certify.triton_build import build_triton_sets, const_sets
 
 _DTYPE_BYTES = {
     "f16": 2,
@@ -74,10 +76,21 @@ class LintReport:
         }
 
 
-def lint(kernel: KernelSpec, *, arch: str) -> LintReport:
-    """Build ``kernel`` for ``arch`` and check the artifact against the spec's limits."""
+def lint(
+    kernel: KernelSpec, *, arch: str, sandbox: bool = True, allow_module_code: bool = False
+) -> LintReport:  # fmt: skip
+    """Build ``kernel`` for ``arch`` and check the artifact against the spec's limits.
+
+    The compiles run in sandboxed children (``sandbox=False`` only for trusted code).
+    A Triton module must be kernels and literal constants only
+    (:func:`~kcert.certify.module_check.check_module`, before anything imports it)
+    unless ``allow_module_code``; it raises
+    :class:`~kcert.certify.module_check.ModuleCodeError` otherwise.
+    """
+    if kernel.language == "triton" and not allow_module_code:
+        check_module(kernel.code.main.data, kernel.code.main.name)
     try:
-        builds = _builds(kernel, arch)
+        builds = _builds(kernel, arch, sandbox)
     except BuildError as exc:
         failed = CheckResult("build", Status.FAIL, exc.message, details={"log": exc.log})
         skipped = CheckResult("artifact", Status.SKIP, "not checked: the build failed")
@@ -91,12 +104,10 @@ def lint(kernel: KernelSpec, *, arch: str) -> LintReport:
     )
 
 
-def _builds(kernel: KernelSpec, arch: str) -> tuple[Build, ...]:
+def _builds(kernel: KernelSpec, arch: str, sandbox: bool) -> tuple[Build, ...]:
     if kernel.language == "cuda":
-        return (build_cuda(kernel, arch=arch),)
-    from kcert.certify.triton_build import build_triton, const_sets
-
-    return tuple(build_triton(kernel, arch=arch, consts=c) for c in const_sets(kernel))
+        return (build_cuda(kernel, arch=arch, sandbox=sandbox),)
+    return build_triton_sets(kernel, arch=arch, const_sets=const_sets(kernel), sandbox=sandbox)
 
 
 def _build_check(kernel: KernelSpec, builds: tuple[Build, ...]) -> CheckResult:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import kcert
+from kcert.certify import jail, spares
 from kcert.certify.anchors import anchor
 from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job
 from kcert.certify.execution import RunOutcome, RunStatus
@@ -70,6 +71,10 @@ class CertifyOptions:
     fresh_seed: int | None = None
     minimize: bool = True
     timing: bool = True
+    #: Run every build and launch inside kcert.certify.jail; False only for trusted code.
+    sandbox: bool = True
+    #: Let a Triton module run module-level code (inside the sandbox); recorded.
+    allow_module_code: bool = False
 
 
 @dataclass
@@ -95,13 +100,15 @@ class _Certifier:
     def run(self) -> CertificationReport:
         from kcert.certify.environment import check_hw_class, collect_environment
         from kcert.certify.sandbox import check_executor, default_executor
-        from kcert.certify.spares import prewarm
 
         kernel, options = self.kernel, self.options
         executor = default_executor(kernel) if options.executor == "auto" else options.executor
         check_executor(kernel, executor)
+        self.confinement = jail.confinement(
+            sandbox=options.sandbox, gpu=executor in spares.GPU_KINDS,
+            module_code=options.allow_module_code)  # fmt: skip
         # the sandbox's worker imports torch or CuPy (seconds) while we build and probe
-        prewarm(executor)
+        spares.prewarm(executor, sandbox=options.sandbox)
         self.say(f"executor {executor}; reading the environment")
         env = collect_environment(executor)
         hw_class = check_hw_class(options.hw, env.device) if options.hw else env.hw_class
@@ -127,7 +134,7 @@ class _Certifier:
 
             arch = build.arch if build is not None else None
             with Sandbox(kernel, executor, deadline_s=options.deadline_s, arch=arch,
-                         build=build) as self.sandbox:  # fmt: skip
+                         build=build, sandbox=options.sandbox) as self.sandbox:  # fmt: skip
                 fixed = self._run_all(probe_set.probes, "fixed")
                 fresh_outcomes = self._run_all(fresh, "fresh") if _clean(fixed) else []
                 records = [o.record for o in (*fixed, *fresh_outcomes) if o.record is not None]
@@ -140,7 +147,7 @@ class _Certifier:
         checks.sort(key=lambda c: order.get(c.name, len(order)))
         identity = KernelIdentity(
             name=kernel.name, entry=kernel.entry, language=kernel.language,
-            source_name=kernel.source.name, source_digest=str(Digest.of_file(kernel.source)),
+            source_name=kernel.code.main.name, source_digest=str(kernel.code.digest),
             spec_digest=str(kernel.digest), reference_digest=str(self.reference.digest),
             build=build_record,
         )  # fmt: skip
@@ -150,6 +157,7 @@ class _Certifier:
             checks=tuple(checks), timing=timing_report, minimized=minimized,
             certifier_version=kcert.__version__,
             issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            confinement=self.confinement.to_json(),
         )  # fmt: skip
 
     # ------------------------------------------------------------------ build
@@ -167,7 +175,8 @@ class _Certifier:
             arch = arch_for_hw(DEFAULT_HW)
         self.say(f"building for {arch} and checking the artifact")
         try:
-            report = lint(self.kernel, arch=arch)
+            report = lint(self.kernel, arch=arch, sandbox=self.options.sandbox,
+                          allow_module_code=self.options.allow_module_code)  # fmt: skip
         except (CompilerUnavailable, BuildError) as exc:
             if executor == "cuda":
                 raise
@@ -307,7 +316,12 @@ class _Certifier:
                                        skipped_reason=check.message)  # fmt: skip
         baseline = None
         if self.kernel.baseline is not None:
-            result = self.sandbox.time(job, "baseline")
+            from kcert.certify.sandbox import Sandbox
+
+            # a worker of its own, which never loads the kernel: nothing can slow it down
+            with Sandbox(self.kernel, self.executor, deadline_s=self.options.deadline_s,
+                         sandbox=self.options.sandbox, mode="baseline") as other:  # fmt: skip
+                result = other.time(job, "baseline")
             baseline = None if isinstance(result, RunOutcome) else result
         lower_bound = moved = None
         try:

@@ -14,7 +14,6 @@ arguments. ``out`` buffers are passed as zeros of their shape.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -44,7 +43,7 @@ class Reference:
     def __init__(self, kernel: KernelSpec) -> None:
         self.kernel = kernel
         self.text = kernel.reference.text
-        self.digest: Digest = Digest.of_file(kernel.reference.path)
+        self.digest: Digest = kernel.reference.code.digest
         module = _load_module(kernel.reference.path, kernel)
         fn = getattr(module, kernel.reference.function, None)
         if not callable(fn):
@@ -123,21 +122,25 @@ class Reference:
 
 
 def _load_module(path: Path, kernel: KernelSpec) -> ModuleType:
-    """Import ``path`` as a fresh module; its folder is importable while it loads."""
+    """Run the reference's bytes, as read with the spec, as a fresh module.
+
+    The module's folder is importable while it loads, so a reference may import
+    a helper beside it. Never the file on disk: the certificate's reference
+    digest names exactly the bytes that ran.
+    """
+    code = kernel.reference.code
+    digest = code.digest
     name = f"kcert_reference_{Digest.of_bytes(str(path).encode()).hex[:16]}"
     with _IMPORT_LOCK:
         cached = sys.modules.get(name)
-        if cached is not None and getattr(cached, "__kcert_digest__", None) == Digest.of_file(path):
+        if cached is not None and getattr(cached, "__kcert_digest__", None) == digest:
             return cached
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ReferenceFailure(f"{path} cannot be imported as Python "
-                                   f"(kernel '{kernel.name}', key 'reference')")  # fmt: skip
-        module = importlib.util.module_from_spec(spec)
+        module = ModuleType(name)
+        module.__file__ = str(path)
         folder = str(path.parent)
         sys.path.insert(0, folder)
         try:
-            spec.loader.exec_module(module)
+            exec(compile(code.data, str(path), "exec"), module.__dict__)  # noqa: S102
         except (Exception, SystemExit) as exc:  # the user's code: a diagnostic, no traceback
             raise ReferenceFailure(
                 f"importing {path.name} (kernel '{kernel.name}', key 'reference') raised "
@@ -146,6 +149,6 @@ def _load_module(path: Path, kernel: KernelSpec) -> ModuleType:
         finally:
             if sys.path and sys.path[0] == folder:
                 del sys.path[0]
-        module.__kcert_digest__ = Digest.of_file(path)  # type: ignore[attr-defined]
+        module.__kcert_digest__ = digest  # type: ignore[attr-defined]
         sys.modules[name] = module
         return module

@@ -22,9 +22,14 @@ before any kernel existed; either way no other kernel ever ran in it. Arrays
 cross the pipes as raw bytes, never pickled lists, and the parent never
 unpickles anything the child sends.
 
-This isolates faults, not malice: a kernel's module is Python with the user's
-rights in the child. The guarantee is that the certifier and the next kernel
-are untouched by the candidate's crashes, hangs and corrupted device state.
+Every worker runs inside :mod:`kcert.certify.jail` (bubblewrap: its own user,
+PID and network namespaces, a read-only view of Python and the driver, a
+private writable folder, rlimits), so malice is contained as well as faults:
+the kernel cannot read keys or the spec's folder, write outside its folder,
+reach the network, or outlive the sandbox. ``sandbox=False`` is for trusted
+code only, and the certificate records it. The spec's baseline is timed in a
+second worker that never loads the kernel, so the kernel cannot slow it down
+or replace it.
 """
 
 from __future__ import annotations
@@ -90,18 +95,20 @@ class Sandbox:
     def __init__(
         self, kernel: KernelSpec, executor: str, *, deadline_s: float = 30.0,
         arch: str | None = None, build: Any = None, startup_s: float = DEFAULT_STARTUP_S,
+        sandbox: bool = True, mode: Literal["kernel", "baseline"] = "kernel",
     ) -> None:  # fmt: skip
         check_executor(kernel, executor)
         if deadline_s <= 0:
             raise ValueError("deadline_s must be positive")
         self.kernel, self.executor = kernel, executor
         self.deadline_s, self.startup_s = deadline_s, startup_s
+        self.sandbox, self.mode = sandbox, mode
         self.artifact: bytes | None = None
-        if executor == "cuda":
+        if executor == "cuda" and mode == "kernel":
             if build is None:
                 from kcert.certify.build import build_cuda
 
-                build = build_cuda(kernel, arch=arch or device_arch())
+                build = build_cuda(kernel, arch=arch or device_arch(), sandbox=sandbox)
             self.artifact = bytes(build.cubin)
         self._proc: subprocess.Popen[bytes] | None = None
         self._inbox: Connection | None = None  # what the child sends
@@ -109,6 +116,7 @@ class Sandbox:
         self._ready = False
         self._load_failure: RunOutcome | None = None
         self._log: IO[bytes] | None = None  # the current (or last) worker's output
+        self._worker: spares.WorkerProcess | None = None
         self._finalizer = weakref.finalize(self, _reap, None, None, None, None)
         #: Workers started so far (a restart after a failure adds one).
         self.starts = 0
@@ -143,20 +151,20 @@ class Sandbox:
 
     def _spawn(self) -> None:
         """Adopt a worker no kernel has run in (a warm spare when one fits)."""
-        worker = spares.take(self.executor)
+        worker = spares.take(self.executor, sandbox=self.sandbox)
         self._finalizer.detach()
         if self._log is not None:
             self._log.close()  # the previous worker's: it is reaped, its tail already read
         self._proc, self._inbox, self._outbox = worker.proc, worker.inbox, worker.outbox
-        self._log = worker.log
+        self._log, self._worker = worker.log, worker
         self._finalizer = weakref.finalize(
-            self, _reap, self._proc, self._inbox, self._outbox, self._log
+            self, _reap, self._proc, self._inbox, self._outbox, self._log, worker
         )
         self._ready = False
         self.starts += 1
 
     def _stop_worker(self) -> None:
-        _reap(self._proc, self._inbox, self._outbox, None)
+        _reap(self._proc, self._inbox, self._outbox, None, self._worker)
         self._proc, self._inbox, self._outbox, self._ready = None, None, None, False
 
     def _start(self) -> RunOutcome | None:
@@ -171,8 +179,8 @@ class Sandbox:
             self._spawn()
         assert self._outbox is not None
         mark = self._log_mark()
-        init = {"kernel": self.kernel, "executor": self.executor, "artifact": self.artifact,
-                "env": spares.late_env(self.executor)}  # fmt: skip
+        init = {"mode": self.mode, "kernel": self.kernel, "executor": self.executor,
+                "artifact": self.artifact}  # fmt: skip
         try:
             self._outbox.send_bytes(pickle.dumps(init))
         except OSError:
@@ -358,6 +366,8 @@ class Sandbox:
             )
         if which == "baseline" and self.kernel.baseline is None:
             raise TimingUnavailable(f"kernel '{self.kernel.name}' names no baseline to time")
+        if (which == "baseline") != (self.mode == "baseline"):
+            raise ValueError(f"a {self.mode} sandbox cannot time the {which}")
         request = self._request("time", job)
         request.update(which=which, budget_ms=float(budget_ms))
         failure = self._start()

@@ -12,15 +12,12 @@ the reference and the probes.
 
 Isolation is unchanged: a spare has loaded no kernel and never touched a GPU
 (imports only), each spare serves exactly one sandbox worker's life, and a
-worker that failed is never reused: the sandbox takes a fresh one. A spare is
-only used when it was started with the environment, working directory and
-interpreter a fresh worker would get now, or else killed and replaced by a
-worker started the ordinary way. Only kcert's own variables and pytest's
-per-test marker may differ: no preloaded module reads them, and the worker
-takes their current values before it loads the kernel
-(:func:`kcert.certify.worker.late_variable`). Spares
-exit with the certifier: an ``atexit`` hook kills them, and each worker also
-watches its parent process.
+worker that failed is never reused: the sandbox takes a fresh one. Every
+worker is started inside :mod:`kcert.certify.jail` (unless the caller asked
+for no sandbox) with an environment built from an allowlist, so a spare
+started earlier is exactly what a fresh worker would be. Spares exit with the
+certifier: an ``atexit`` hook kills them, and each worker also exits when the
+lifeline pipe the certifier holds reaches end-of-file.
 """
 
 from __future__ import annotations
@@ -28,6 +25,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,10 +36,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO
 
-import kcert
-from kcert.certify.worker import late_variable
+from kcert.certify import jail
 
 __all__ = ["WorkerKey", "WorkerProcess", "discard_spares", "prewarm", "reap", "spare_pid", "take"]
+
+#: Worker kinds that launch on the GPU, and so see the NVIDIA device files.
+GPU_KINDS = frozenset({"cuda", "triton"})
 
 
 @dataclass(frozen=True)
@@ -49,38 +49,25 @@ class WorkerKey:
     """Everything a worker process is started with: two workers with one key are alike."""
 
     executor: str
-    env: tuple[tuple[str, str], ...]
-    cwd: str
+    sandbox: bool
     python: str
 
     @classmethod
-    def now(cls, executor: str) -> WorkerKey:
-        """The key of a worker for ``executor`` started now, from this process.
-
-        Variables the worker sets again at init (:func:`late_variable`) are left out.
-        """
-        env = {k: v for k, v in worker_env(executor).items() if not late_variable(k)}
-        return cls(executor, tuple(sorted(env.items())), os.getcwd(), sys.executable)
+    def now(cls, executor: str, *, sandbox: bool = True) -> WorkerKey:
+        """The key of a worker for ``executor`` started now, from this process."""
+        return cls(executor, sandbox, sys.executable)
 
 
-def worker_env(executor: str) -> dict[str, str]:
-    """The environment a worker for ``executor`` gets, started now."""
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    # the child must import this very kcert, even when it is not installed
-    root = str(Path(kcert.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    if executor == "triton-interpreter":
-        # Triton reads it when it is imported and when @triton.jit decorates the kernel
-        env["TRITON_INTERPRET"] = "1"
-    else:
-        env.pop("TRITON_INTERPRET", None)
-    return env
+def worker_env(executor: str, tmp: str = jail.INSIDE_TMP) -> dict[str, str]:
+    """The whole environment of a worker for ``executor``: an allowlist, never the caller's."""
+    extra = {"TRITON_INTERPRET": "1"} if executor == "triton-interpreter" else {}
+    # Triton reads TRITON_INTERPRET when it is imported and when @triton.jit decorates
+    return jail.child_env(extra, tmp=tmp)
 
 
 @dataclass
 class WorkerProcess:
-    """A started worker: its process, the two pipe ends, and the log its output goes to."""
+    """A started worker: its process, the pipe ends, its log, and what to remove after it."""
 
     proc: subprocess.Popen[bytes]
     inbox: Connection  # what the child sends
@@ -88,44 +75,75 @@ class WorkerProcess:
     log: IO[bytes]
     key: WorkerKey
     owner: int  # the pid that started it: a forked certifier must not share it
-
-
-def late_env(executor: str) -> dict[str, str]:
-    """The late variables (:func:`late_variable`) a worker started now would get."""
-    return {k: v for k, v in worker_env(executor).items() if late_variable(k)}
+    #: The child's private folder (its /tmp inside the sandbox), removed when it is reaped.
+    workdir: Path | None = None
+    #: Held open by the certifier: the child exits when it reads end-of-file here.
+    lifeline: int | None = None
+    cgroup: jail.ChildCgroup | None = None
+    #: Where bwrap wrote its record (the PID namespace's init), read when the worker is reaped.
+    info: int | None = None
 
 
 def launch(key: WorkerKey) -> WorkerProcess:
-    """Start a worker in its own session; it preloads its executor's modules, then waits."""
+    """Start a worker, sandboxed unless the key says not; it preloads its modules, then waits."""
     child_reads, parent_writes = os.pipe()
     parent_reads, child_writes = os.pipe()
+    life_child, life_parent = os.pipe()
+    info_read, info_write = os.pipe()
     log: IO[bytes] = tempfile.TemporaryFile(prefix="kcert-worker-")
+    workdir = Path(tempfile.mkdtemp(prefix="kcert-sandbox-"))
+    cgroup: jail.ChildCgroup | None = None
+    gpu = key.executor in GPU_KINDS
+    limits = jail.Limits.for_child(gpu=gpu)
+    argv = [key.python, "-m", "kcert.certify.worker", str(child_reads), str(child_writes),
+            str(life_child), key.executor, jail.encode_limits(limits)]  # fmt: skip
     try:
+        if key.sandbox:
+            argv = jail.command(argv, workdir=workdir, gpu=gpu, info_fd=info_write)
+            env = worker_env(key.executor)
+            cgroup = jail.ChildCgroup.make(limits)
+            if cgroup is not None:
+                argv = cgroup.wrap(argv)
+            cwd = str(workdir)
+        else:
+            env = worker_env(key.executor, tmp=str(workdir))
+            env["PYTHONPATH"] = str(jail.kcert_root())
+            cwd = str(workdir)
         proc = subprocess.Popen(
-            [key.python, "-m", "kcert.certify.worker", str(child_reads), str(child_writes),
-             key.executor, str(os.getpid())],
-            pass_fds=(child_reads, child_writes), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=log, env={**dict(key.env), **late_env(key.executor)}, cwd=key.cwd,
-            start_new_session=True,
+            argv, pass_fds=(child_reads, child_writes, life_child, info_write),
+            stdin=subprocess.DEVNULL,
+            stdout=log, stderr=log, env=env, cwd=cwd, start_new_session=True,
         )  # fmt: skip
     except BaseException:
-        for fd in (parent_reads, parent_writes):
+        for fd in (parent_reads, parent_writes, life_parent, info_read):
             os.close(fd)
         log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+        if cgroup is not None:
+            cgroup.remove()
         raise
     finally:
-        os.close(child_reads)
-        os.close(child_writes)
+        for fd in (child_reads, child_writes, life_child, info_write):
+            os.close(fd)
     inbox = Connection(parent_reads, writable=False)
     outbox = Connection(parent_writes, readable=False)
-    return WorkerProcess(proc, inbox, outbox, log, key, os.getpid())
+    return WorkerProcess(proc, inbox, outbox, log, key, os.getpid(), workdir, life_parent, cgroup,
+                         info_read)  # fmt: skip
 
 
 def reap(
     proc: subprocess.Popen[bytes] | None, inbox: Connection | None, outbox: Connection | None,
-    log: IO[bytes] | None,
+    log: IO[bytes] | None, worker: WorkerProcess | None = None,
 ) -> None:  # fmt: skip
-    """Kill a worker's whole process group, wait for it, close its pipes (idempotent)."""
+    """Kill a worker's whole process group, wait for it, close its pipes (idempotent).
+
+    With ``worker``, first end its sandbox's PID namespace (every process the
+    kernel started dies with it), then close its lifeline and remove its private
+    folder and cgroup.
+    """
+    if worker is not None and worker.info is not None:
+        jail.end_sandbox(worker.info)
+        worker.info = None
     for conn in (outbox, inbox):
         if conn is not None:
             with contextlib.suppress(OSError):
@@ -140,10 +158,26 @@ def reap(
             proc.wait(timeout=10.0)
     if log is not None:
         log.close()
+    if worker is not None:
+        release(worker)
+
+
+def release(worker: WorkerProcess) -> None:
+    """Free what a dead worker leaves: its lifeline, private folder and cgroup (idempotent)."""
+    if worker.lifeline is not None:
+        with contextlib.suppress(OSError):
+            os.close(worker.lifeline)
+        worker.lifeline = None
+    if worker.workdir is not None:
+        shutil.rmtree(worker.workdir, ignore_errors=True)
+        worker.workdir = None
+    if worker.cgroup is not None:
+        worker.cgroup.remove()
+        worker.cgroup = None
 
 
 def _reap_worker(worker: WorkerProcess) -> None:
-    reap(worker.proc, worker.inbox, worker.outbox, worker.log)
+    reap(worker.proc, worker.inbox, worker.outbox, worker.log, worker)
 
 
 _lock = threading.Lock()
@@ -181,22 +215,22 @@ def _refill(key: WorkerKey) -> None:
         _reap_worker(extra)
 
 
-def take(executor: str) -> WorkerProcess:
+def take(executor: str, *, sandbox: bool = True) -> WorkerProcess:
     """A worker for ``executor`` that no kernel has run in: the spare if it fits, else a new one.
 
     Either way the next spare starts at once, so that it has imported its
     modules by the time the next sandbox wants it (while the taken worker,
     when it was a spare, has nothing left to import).
     """
-    key = WorkerKey.now(executor)
+    key = WorkerKey.now(executor, sandbox=sandbox)
     worker = _claim(key) or launch(key)
     _refill(key)
     return worker
 
 
-def prewarm(executor: str) -> None:
+def prewarm(executor: str, *, sandbox: bool = True) -> None:
     """Start a spare for ``executor`` now, unless a fitting one is already there."""
-    key = WorkerKey.now(executor)
+    key = WorkerKey.now(executor, sandbox=sandbox)
     with _lock:
         spare = _spares.get(executor)
         if spare is not None and _usable(spare, key):

@@ -16,6 +16,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kcert.certify.expr import Expr, ExprError, Number, parse_expr
+from kcert.certify.sources import (
+    SourceBundle,
+    SourceFile,
+    SourceReadError,
+    read_file,
+    read_kernel_source,
+)
 from kcert.digest import Digest, canonical_json
 from kcert.errors import KcertError
 
@@ -141,11 +148,15 @@ class ProbeSettings:
 
 @dataclass(frozen=True, slots=True)
 class Callable_:
-    """A ``file.py:function`` reference, resolved against the spec's folder."""
+    """A ``file.py:function`` reference, resolved against the spec's folder.
+
+    ``code`` holds the file's bytes as read once when the spec was loaded.
+    """
 
     path: Path
     function: str
     text: str
+    code: SourceFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +193,9 @@ class KernelSpec:
     values: Mapping[str, ValueDomain]
     artifact: ArtifactLimits
     probes: ProbeSettings
+    #: The source's bytes (and its local headers), read once when the spec was loaded:
+    #: builds, workers and the certificate use these, never the file on disk.
+    code: SourceBundle
     build_options: tuple[str, ...] = ()
     num_warps: int | None = None
     _table: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -344,10 +358,11 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> SpecFile:
         raise SpecError("has no [[kernel]] tables", file=path, key="kernel")
     kernels: list[KernelSpec] = []
     seen: set[str] = set()
+    files: dict[Path, SourceFile] = {}
     for index, table in enumerate(tables):
         if not isinstance(table, dict):
             raise SpecError("must be a table", file=path, key=f"kernel[{index}]")
-        kernel = _Table(table, path, index).parse()
+        kernel = _Table(table, path, index, files).parse()
         if kernel.name in seen:
             raise SpecError("appears twice in this file", file=path, kernel=kernel.name,
                             key="name")  # fmt: skip
@@ -375,8 +390,12 @@ _KERNEL_KEYS = {
 class _Table:
     """One ``[[kernel]]`` table being parsed; knows how to locate its errors."""
 
-    def __init__(self, table: Mapping[str, Any], path: Path, index: int) -> None:
+    def __init__(
+        self, table: Mapping[str, Any], path: Path, index: int, files: dict[Path, SourceFile]
+    ) -> None:
         self.t, self.path = table, path
+        #: Files already read for this spec: a reference and a baseline module are one read.
+        self.files = files
         name = table.get("name")
         self.name = name if isinstance(name, str) and name else f"#{index + 1}"
 
@@ -418,6 +437,10 @@ class _Table:
         if not source.is_file():
             raise self.fail("source", f"file '{source_text}' not found beside the spec")
         language: Literal["cuda", "triton"] = "cuda" if source.suffix == ".cu" else "triton"
+        try:
+            code = read_kernel_source(source, language)
+        except SourceReadError as exc:
+            raise self.fail("source", str(exc)) from exc
         entry = self.get("entry", str)
         if not _IDENT.match(entry):
             raise self.fail("entry", f"'{entry}' is not a function name")
@@ -453,7 +476,7 @@ class _Table:
             reference=reference, baseline=baseline, grid=grid, block=block,
             shared_mem=shared_mem, dims=dims, args=args, tolerance=self.tolerance(),
             values=self.values(buffers), artifact=self.artifact(), probes=self.probe_settings(),
-            build_options=tuple(options), num_warps=num_warps, _table=dict(self.t),
+            code=code, build_options=tuple(options), num_warps=num_warps, _table=dict(self.t),
         )  # fmt: skip
 
     def callable(self, key: str, *, required: bool) -> Callable_ | None:
@@ -466,7 +489,13 @@ class _Table:
         path = (self.path.parent / file).resolve()
         if not path.is_file():
             raise self.fail(key, f"file '{file}' not found beside the spec")
-        return Callable_(path, function, text)
+        code = self.files.get(path)
+        if code is None:
+            try:
+                code = self.files[path] = read_file(path)
+            except SourceReadError as exc:
+                raise self.fail(key, str(exc)) from exc
+        return Callable_(path, function, text, code)
 
     def dims(self) -> dict[str, tuple[int, ...]]:
         table = self.get("dims", dict)

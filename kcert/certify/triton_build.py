@@ -5,24 +5,23 @@ driver present, and ships its own ``ptxas``; running that ``ptxas -v`` over the
 PTX gives the same resource report NVRTC gives for CUDA C. A Triton kernel's
 ``tl.constexpr`` parameters are part of what gets compiled, so one build is
 made per distinct assignment of the spec's consts.
+
+Importing the module and compiling happen only in a sandboxed child
+(:func:`compile_triton`, called by :mod:`kcert.certify.worker`'s build mode);
+this process computes cache keys from the source's bytes, checks what the
+child reports and caches it (:func:`build_triton_sets`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib.util
 import itertools
-import json
-import os
 import re
 import subprocess
-import sys
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from kcert.certify.build import (
@@ -34,9 +33,15 @@ from kcert.certify.build import (
     load_cached,
     store_cached,
 )
+from kcert.certify.build_child import (
+    ChildBuildError,
+    ChildCompilerMissing,
+    RawBuild,
+    build_in_child,
+)
+from kcert.certify.executors.base import Fault, import_code
 from kcert.certify.spec import BufferArg, ConstArg, KernelSpec, ScalarArg, SpecError
 from kcert.digest import Digest
-from kcert.errors import KcertError
 
 _TRITON_TYPES = {
     "f16": "fp16",
@@ -70,56 +75,27 @@ def _triton() -> Any:
     return triton
 
 
-def _import_module(kernel: KernelSpec) -> ModuleType:
-    name = f"kcert_kernel_{Digest.of_bytes(str(kernel.source).encode()).hex[:16]}"
-    spec = importlib.util.spec_from_file_location(name, kernel.source)
-    if spec is None or spec.loader is None:
-        raise BuildError(f"{kernel.source} cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # the user's module is arbitrary code; any failure is theirs
-        sys.modules.pop(name, None)
-        raise BuildError(
-            f"{kernel.source.name} does not import: {type(exc).__name__}: {exc}"
-        ) from exc
-    return module
-
-
-def load_triton_entry(kernel: KernelSpec) -> Any:
-    """Import the kernel's module and return its ``@triton.jit`` entry function."""
+def _load_entry(kernel: KernelSpec) -> Any:
+    """Import the module from the spec's bytes and return its ``@triton.jit`` entry (child only)."""
     triton = _triton()
-    module = _import_module(kernel)
+    try:
+        module = import_code(kernel.code.main, f"kcert_kernel_{kernel.name}")
+    except Fault as exc:
+        raise BuildError(f"{kernel.code.main.name} does not import: {exc.message}") from exc
     fn = getattr(module, kernel.entry, None)
     if fn is None:
-        raise BuildError(f"{kernel.source.name} has no function '{kernel.entry}'")
-    jit_types: tuple[type, ...] = (triton.runtime.jit.JITFunction,)
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-
-        jit_types = (*jit_types, InterpretedFunction)
-    except ImportError:  # older Triton without the interpreter module
-        pass
-    if not isinstance(fn, jit_types):
+        raise BuildError(f"{kernel.code.main.name} has no function '{kernel.entry}'")
+    if not isinstance(fn, triton.runtime.jit.JITFunction):
         raise BuildError(
-            f"'{kernel.entry}' in {kernel.source.name} is not a @triton.jit "
+            f"'{kernel.entry}' in {kernel.code.main.name} is not a @triton.jit "
             "function (an @autotune or @heuristics wrapper is not supported)"
         )
     return fn
 
 
-def _jit_function(fn: Any) -> Any:
-    """A compilable JITFunction, also when TRITON_INTERPRET=1 made ``fn`` an interpreted one."""
-    triton = _triton()
-    if isinstance(fn, triton.runtime.jit.JITFunction):
-        return fn
-    return triton.runtime.jit.JITFunction(fn.fn)
-
-
-def check_arguments(kernel: KernelSpec, fn: Any) -> None:
+def check_arguments(kernel: KernelSpec, params: Sequence[str]) -> None:
     """The spec must list the function's parameters, by name and in order."""
-    params = list(fn.arg_names)
+    params = list(params)
     listed = [a.name for a in kernel.args]
     if params == listed:
         return
@@ -174,146 +150,93 @@ def _signature(kernel: KernelSpec, consts: Mapping[str, int]) -> dict[str, str]:
     return signature
 
 
-def build_triton(
-    kernel: KernelSpec, *, arch: str, consts: Mapping[str, int], use_cache: bool = True
-) -> Build:
-    """Compile a Triton kernel for ``arch`` with one assignment of its consts."""
-    if kernel.language != "triton":
-        raise BuildError(f"kernel '{kernel.name}' is {kernel.language}, not Triton")
+def _cache_key(kernel: KernelSpec, arch: str, consts: Mapping[str, int]) -> tuple[Digest, str,
+                                                                                tuple[str, ...]]:
     triton = _triton()
-    cc = int(re.sub(r"\D", "", check_arch(arch)))
-    loaded = load_triton_entry(kernel)
-    check_arguments(kernel, loaded)
-    if _interpreter_loaded(triton):
-        return _build_in_child(kernel, arch=arch, consts=consts, use_cache=use_cache)
-    fn = _jit_function(loaded)
     num_warps = kernel.num_warps or _DEFAULT_NUM_WARPS
-    signature = _signature(kernel, consts)
     options = (f"num_warps={num_warps}", *(f"{k}={v}" for k, v in sorted(consts.items())))
     compiler = f"triton {triton.__version__}"
-    key = Digest.of_json(
-        {
-            "format": 1,
-            "language": "triton",
-            "compiler": compiler,
-            "arch": arch,
-            "options": list(options),
-            "signature": signature,
-            "function": fn.cache_key,
-            "source": Digest.of_file(kernel.source).hex,
-        }
-    )
-    stored = load_cached(key) if use_cache else None
-    if stored is not None:
-        ptx, cubin, log = stored
-        return _with_dynamic_shared(
-            finish_build(
-                kernel.entry, "triton", arch, options, compiler, ptx, cubin, log, cached=True
-            )
-        )
+    key = Digest.of_json({
+        "format": 2, "language": "triton", "compiler": compiler, "arch": arch,
+        "options": list(options), "signature": _signature(kernel, consts),
+        "entry": kernel.entry, "source": kernel.code.digest.hex,
+    })  # fmt: skip
+    return key, compiler, options
+
+
+def build_triton_sets(
+    kernel: KernelSpec, *, arch: str, const_sets: Sequence[Mapping[str, int]],
+    use_cache: bool = True, sandbox: bool = True,
+) -> tuple[Build, ...]:  # fmt: skip
+    """Compile a Triton kernel for ``arch`` once per const assignment, in one sandboxed child."""
+    if kernel.language != "triton":
+        raise BuildError(f"kernel '{kernel.name}' is {kernel.language}, not Triton")
+    check_arch(arch)
+    keys = [_cache_key(kernel, arch, consts) for consts in const_sets]
+    stored = [load_cached(key) if use_cache else None for key, _, _ in keys]
+    missing = [consts for consts, hit in zip(const_sets, stored, strict=True) if hit is None]
+    fresh: list[RawBuild] = []
+    if missing:
+        try:
+            child = build_in_child(kernel, arch=arch, const_sets=missing, sandbox=sandbox)
+        except ChildCompilerMissing as exc:
+            raise CompilerUnavailable(str(exc)) from exc
+        except ChildBuildError as exc:
+            raise BuildError(exc.message, log=exc.log) from exc
+        check_arguments(kernel, child.arg_names or ())
+        if len(child.builds) != len(missing):
+            raise BuildError("the build process answered for the wrong number of builds")
+        fresh = list(child.builds)
+    builds: list[Build] = []
+    for (key, compiler, options), hit in zip(keys, stored, strict=True):
+        if hit is None:
+            raw = fresh.pop(0)
+            ptx, cubin, log = raw.ptx, raw.cubin, raw.log
+            if use_cache:
+                store_cached(key, ptx, cubin, log)
+        else:
+            ptx, cubin, log = hit
+        builds.append(_with_dynamic_shared(finish_build(
+            kernel.entry, "triton", arch, options, compiler, ptx, cubin, log,
+            cached=hit is not None)))  # fmt: skip
+    return tuple(builds)
+
+
+def compile_triton(
+    kernel: KernelSpec, arch: str, const_sets: Sequence[Mapping[str, int]]
+) -> tuple[list[str], list[RawBuild]]:
+    """Import the module from the spec's bytes and compile each const set (build child only)."""
+    triton = _triton()
+    cc = int(re.sub(r"\D", "", check_arch(arch)))
+    fn = _load_entry(kernel)
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    source = ASTSource(fn=fn, signature=signature, constexprs=dict(consts))
-    try:
-        with warnings.catch_warnings(), _compiling(triton):
-            # Triton 3.9 warns about a default it is about to change; not the user's concern.
-            warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION")
-            compiled = triton.compile(
-                source, target=GPUTarget("cuda", cc, 32), options={"num_warps": num_warps}
-            )
-    except Exception as exc:  # Triton raises many types for a kernel it cannot compile
-        raise BuildError(
-            f"{kernel.source.name}: Triton cannot compile '{kernel.entry}' for "
-            f"{arch} with {', '.join(options)}",
-            log=str(exc),
-        ) from exc
-    ptx = compiled.asm["ptx"]
-    ptx_bytes = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
-    cubin = bytes(compiled.asm["cubin"])
-    log = _ptxas_report(ptx_bytes, cc)
-    # Triton allocates its shared memory dynamically at launch, so ptxas never sees it;
-    # the log records it (and the cache keeps it) as a line of its own.
-    log += f"\n{_SHARED_NOTE} {int(compiled.metadata.shared)} bytes\n"
-    if use_cache:
-        store_cached(key, ptx_bytes, cubin, log)
-    return _with_dynamic_shared(
-        finish_build(
-            kernel.entry, "triton", arch, options, compiler, ptx_bytes, cubin, log, cached=False
-        )
-    )
-
-
-def _interpreter_loaded(triton: Any) -> bool:
-    """Whether ``triton.language`` was imported with TRITON_INTERPRET=1.
-
-    Its own helpers (``tl.max``, ...) are then interpreter functions, which
-    cannot be compiled; only a fresh process without the variable can.
-    """
-    return type(getattr(triton.language.standard, "max", None)).__name__ == "InterpretedFunction"
-
-
-def _build_in_child(
-    kernel: KernelSpec, *, arch: str, consts: Mapping[str, int], use_cache: bool
-) -> Build:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    request = {"spec": str(kernel.spec_path), "kernel": kernel.name, "arch": arch,
-               "consts": dict(consts), "use_cache": use_cache}  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="kcert-triton-build-") as tmp:
-        out = Path(tmp)
-        code = "import sys; from kcert.certify.triton_build import _child; _child(sys.argv[1:])"
+    builds = []
+    for consts in const_sets:
+        _, compiler, options = _cache_key(kernel, arch, consts)
+        num_warps = kernel.num_warps or _DEFAULT_NUM_WARPS
+        source = ASTSource(fn=fn, signature=_signature(kernel, consts), constexprs=dict(consts))
         try:
-            done = subprocess.run(
-                [sys.executable, "-c", code, json.dumps(request), str(out)],
-                env=env, capture_output=True, text=True, timeout=600, check=False,
-            )  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CompilerUnavailable(f"cannot run a Triton build process: {exc}") from exc
-        result_path = out / "result.json"
-        if done.returncode != 0 or not result_path.is_file():
-            raise BuildError("the Triton build process failed", log=done.stderr[-4000:])
-        result = json.loads(result_path.read_text("utf-8"))
-        if "error" in result:
-            raise BuildError(result["error"], log=result.get("log", ""))
-        return _with_dynamic_shared(finish_build(
-            kernel.entry, "triton", arch, tuple(result["options"]), result["compiler"],
-            (out / "kernel.ptx").read_bytes(), (out / "kernel.cubin").read_bytes(),
-            (out / "compile.log").read_text("utf-8"), cached=bool(result["cached"]),
-        ))  # fmt: skip
-
-
-def _child(argv: list[str]) -> None:
-    """Entry point of :func:`_build_in_child`'s process: build, write the results to a folder."""
-    from kcert.certify.spec import load_spec
-
-    request, out = json.loads(argv[0]), Path(argv[1])
-    try:
-        kernel = load_spec(Path(request["spec"])).kernel(request["kernel"])
-        build = build_triton(kernel, arch=request["arch"], consts=request["consts"],
-                             use_cache=request["use_cache"])  # fmt: skip
-    except KcertError as exc:
-        log = exc.log if isinstance(exc, BuildError) else ""
-        message = exc.message if isinstance(exc, BuildError) else exc.diagnostics()
-        (out / "result.json").write_text(json.dumps({"error": message, "log": log}), "utf-8")
-        return
-    (out / "kernel.ptx").write_bytes(build.ptx)
-    (out / "kernel.cubin").write_bytes(build.cubin)
-    (out / "compile.log").write_text(build.log, "utf-8")
-    result = {"options": list(build.options), "compiler": build.compiler, "cached": build.cached}
-    (out / "result.json").write_text(json.dumps(result), "utf-8")
-
-
-@contextlib.contextmanager
-def _compiling(triton: Any) -> Iterator[None]:
-    """Compile as for a GPU even where TRITON_INTERPRET=1 is set for running on the CPU.
-
-    In interpreter mode Triton's constexpr helpers return plain Python values,
-    which the code generator cannot use; lint compiles with the mode off.
-    """
-    runtime = triton.knobs.runtime
-    with runtime.scope():
-        runtime.interpret = False
-        yield
+            with warnings.catch_warnings():
+                # Triton 3.9 warns about a default it is about to change; not the user's concern.
+                warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION")
+                compiled = triton.compile(source, target=GPUTarget("cuda", cc, 32),
+                                          options={"num_warps": num_warps})  # fmt: skip
+        except Exception as exc:  # Triton raises many types for a kernel it cannot compile
+            raise BuildError(
+                f"{kernel.code.main.name}: Triton cannot compile '{kernel.entry}' for "
+                f"{arch} with {', '.join(options)}",
+                log=str(exc),
+            ) from exc
+        ptx = compiled.asm["ptx"]
+        ptx_bytes = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
+        log = _ptxas_report(ptx_bytes, cc)
+        # Triton allocates its shared memory dynamically at launch, so ptxas never sees it;
+        # the log records it (and the cache keeps it) as a line of its own.
+        log += f"\n{_SHARED_NOTE} {int(compiled.metadata.shared)} bytes\n"
+        builds.append(RawBuild(options, compiler, ptx_bytes, bytes(compiled.asm["cubin"]), log))
+    return list(fn.arg_names), builds
 
 
 def _with_dynamic_shared(build: Build) -> Build:

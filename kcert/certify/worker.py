@@ -1,23 +1,25 @@
 """The sandbox's child process: load one kernel once, then run jobs until told to stop.
 
-Started for :class:`kcert.certify.sandbox.Sandbox` (by
-:mod:`kcert.certify.spares`) as ``python -m kcert.certify.worker READ_FD
-WRITE_FD [EXECUTOR PARENT_PID]`` in its own session, with stdout and stderr going to a
-log the parent reads when the child dies. Given its executor, the worker
-imports that executor's modules (torch and Triton, or CuPy) before it waits
-for a kernel, so a spare is warm when a sandbox takes it; it touches no
-device until a kernel is loaded. The parent speaks pickle to the child (the
-parent is trusted); the child answers in JSON headers followed by raw array
-bytes, because the child runs code that a model wrote and the parent must
+Started (by :mod:`kcert.certify.spares`) as ``python -m kcert.certify.worker
+READ_FD WRITE_FD LIFELINE_FD KIND LIMITS``, inside :mod:`kcert.certify.jail`
+unless the certifier was told not to sandbox, with stdout and stderr going to
+a log the parent reads when the child dies. Before anything else it sets its
+rlimits (:func:`kcert.certify.jail.apply_limits`) and starts a thread that
+exits the process when the certifier's end of the lifeline pipe closes.
+Given its kind, it imports that kind's modules (torch and Triton, or CuPy)
+before it waits for work, so a spare is warm when a sandbox takes it; it
+touches no device until a kernel is loaded. The parent speaks pickle to the
+child (the parent is trusted); the child answers in JSON headers followed by
+raw bytes, because the child runs code that a model wrote and the parent must
 never unpickle what that code could forge.
 
-Messages, parent to child: ``init`` (kernel, executor, artifact, baseline)
-or ``exit`` (a spare that is not needed), then ``run`` or ``time`` headers
-each followed by one raw frame per padded buffer, or ``exit``. Child to
-parent: one ``ready`` header after init; for a run, a header then one raw
-frame per buffer when the status is ``ok``; for a timing, a header with the
-figures. A kernel fault that leaves the device unusable makes the child
-answer and then exit, so the parent starts a fresh
+Modes, from the first message: ``kernel`` loads the kernel (from the bytes
+the spec carries, never a path) and serves ``run`` and ``time`` jobs;
+``baseline`` loads only the spec's baseline, so that the baseline is timed in
+a process the kernel never ran in; ``build`` compiles the kernel once for each
+const assignment and exits (:mod:`kcert.certify.build_child`); ``exit`` is a
+spare the certifier did not need. A kernel fault that leaves the device
+unusable makes the child answer and then exit, so the parent starts a fresh
 one for the next job.
 """
 
@@ -45,8 +47,9 @@ from kcert.certify.executors.base import (
     Fault,
     Unavailable,
     describe,
-    import_source,
+    import_code,
 )
+from kcert.certify.jail import apply_limits
 from kcert.certify.spec import Callable_, KernelSpec, Launch
 
 
@@ -74,7 +77,7 @@ def _receive_buffers(conn: Connection, layouts: Sequence[BufferLayout]) -> list[
 
 
 def _load_baseline(ref: Callable_) -> Callable[..., Any]:
-    module = import_source(ref.path, "kcert_baseline")
+    module = import_code(ref.code, "kcert_baseline")
     fn = getattr(module, ref.function, None)
     if not callable(fn):
         raise Fault(RunStatus.LAUNCH_ERROR, f"{ref.path.name} defines no function '{ref.function}'")
@@ -82,7 +85,8 @@ def _load_baseline(ref: Callable_) -> Callable[..., Any]:
 
 
 def _time(
-    executor: Executor, request: dict[str, Any], host: list[np.ndarray]
+    executor: Executor, request: dict[str, Any], host: list[np.ndarray],
+    baseline: Callable[..., Any] | None,
 ) -> tuple[dict[str, Any], list[np.ndarray]]:
     """Time the kernel or its baseline with the certifier's timing routine, in this process.
 
@@ -93,12 +97,8 @@ def _time(
     except ImportError as exc:
         raise Fault(RunStatus.LAUNCH_ERROR, "timing routine not available "
                     f"(kcert.certify.timing does not import: {exc})") from exc  # fmt: skip
-    baseline = None
-    if request["which"] == "baseline":
-        ref = executor.kernel.baseline
-        if ref is None:
-            raise Fault(RunStatus.LAUNCH_ERROR, "the spec names no baseline to time")
-        baseline = _load_baseline(ref)
+    if (request["which"] == "baseline") != (baseline is not None):
+        raise Fault(RunStatus.LAUNCH_ERROR, f"this worker cannot time the {request['which']}")
     run = executor.device_run(request["launch"], request["layouts"], host, baseline=baseline)
     result = timing.time_callable(run.launch, synchronize=run.synchronize,
                                   budget_ms=request["budget_ms"], refresh=run.refresh)  # fmt: skip
@@ -110,24 +110,9 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "triton-interpreter": ("torch", "triton", "kcert.certify.executors.triton_exec"),
     "triton": ("torch", "triton", "kcert.certify.executors.triton_exec"),
     "cuda": ("cupy", "kcert.certify.executors.cuda_exec"),
+    "build-cuda": ("cupy.cuda.nvrtc", "kcert.certify.build"),
+    "build-triton": ("triton", "kcert.certify.triton_build"),
 }
-
-
-def late_variable(name: str) -> bool:
-    """Whether an environment variable may change between a spare's start and its kernel.
-
-    kcert's own variables and pytest's per-test marker are read by no module a
-    worker preloads (Python, torch, Triton, CuPy), so a spare started under other
-    values is still alike; the init message brings their current values, and
-    :func:`serve` sets them before the kernel is loaded.
-    """
-    return name.startswith("KCERT_") or name == "PYTEST_CURRENT_TEST"
-
-
-def _apply_late_env(env: dict[str, str]) -> None:
-    for name in [n for n in os.environ if late_variable(n) and n not in env]:
-        del os.environ[name]
-    os.environ.update({k: v for k, v in env.items() if late_variable(k)})
 
 
 def preload(executor: str) -> None:
@@ -145,13 +130,21 @@ def preload(executor: str) -> None:
 
 def serve(inbox: Connection, outbox: Connection) -> int:
     init = pickle.loads(inbox.recv_bytes())
+    mode = init.get("mode", "kernel")
     if init.get("op") == "exit":
         return 0  # a spare the certifier did not need
-    _apply_late_env(init.get("env", {}))
     kernel: KernelSpec = init["kernel"]
+    if mode == "build":
+        return _serve_build(outbox, kernel, init)
     try:
         executor = make_executor(init["executor"], kernel)
-        executor.load(init["artifact"])
+        if mode == "kernel":
+            executor.load(init["artifact"])
+            baseline = None
+        else:  # the baseline alone: this process never sees the kernel's code
+            if kernel.baseline is None:
+                raise Fault(RunStatus.LAUNCH_ERROR, "the spec names no baseline to time")
+            baseline = _load_baseline(kernel.baseline)
     except Fault as fault:
         _send(outbox, {"op": "ready", "ok": False, "status": str(fault.status),
                        "message": fault.message})  # fmt: skip
@@ -182,7 +175,9 @@ def serve(inbox: Connection, outbox: Connection) -> int:
             started = time.perf_counter()
             figures: dict[str, Any] | None = None
             if request["op"] == "time":
-                figures, results = _time(executor, request, host)
+                figures, results = _time(executor, request, host, baseline)
+            elif baseline is not None:
+                raise Fault(RunStatus.LAUNCH_ERROR, "a baseline worker only times")
             else:
                 results = executor.run(launch, layouts, host, shift=request["shift"],
                                        launches=request["launches"])  # fmt: skip
@@ -200,27 +195,61 @@ def serve(inbox: Connection, outbox: Connection) -> int:
             return 3
 
 
-def _watch_parent(parent: int) -> None:
-    """Exit when the certifier dies, even while a kernel hangs: nobody would reap us."""
+def _serve_build(outbox: Connection, kernel: KernelSpec, init: dict[str, Any]) -> int:
+    """Compile ``kernel`` for each const assignment; one header, then PTX and cubin frames."""
+    from kcert.certify.build import BuildError, CompilerUnavailable, compile_cuda
+
+    try:
+        if kernel.language == "cuda":
+            builds = [compile_cuda(kernel, init["arch"])]
+            arg_names = None
+        else:
+            from kcert.certify.triton_build import compile_triton
+
+            arg_names, builds = compile_triton(kernel, init["arch"], init["const_sets"])
+    except CompilerUnavailable as exc:
+        _send(outbox, {"ok": False, "status": "environment", "message": exc.diagnostics()})
+        return 0
+    except BuildError as exc:
+        _send(outbox, {"ok": False, "status": "build-error", "message": exc.message,
+                       "log": exc.log})  # fmt: skip
+        return 0
+    except Exception as exc:  # the kernel module's own code, run by its import
+        failure = describe(exc, "building the kernel")
+        _send(outbox, {"ok": False, "status": "build-error", "message": failure.message})
+        return 0
+    _send(outbox, {"ok": True, "arg_names": arg_names, "builds": [
+        {"options": list(b.options), "compiler": b.compiler, "log": b.log} for b in builds]})
+    for b in builds:
+        outbox.send_bytes(b.ptx)
+        outbox.send_bytes(b.cubin)
+    return 0
+
+
+def _watch_lifeline(fd: int) -> None:
+    """Exit when the certifier's end of the lifeline closes, even while a kernel hangs."""
     while True:
-        if os.getppid() != parent:
+        try:
+            if not os.read(fd, 1):
+                os._exit(70)
+        except InterruptedError:
+            continue
+        except OSError:
             os._exit(70)
-        time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    read_fd, write_fd = int(args[0]), int(args[1])
-    # the certifier's pid from the command line: a spare's certifier may die while this
-    # interpreter starts, and getppid() would then already name the new parent
-    parent = int(args[3]) if len(args) > 3 else os.getppid()
+    read_fd, write_fd, lifeline = int(args[0]), int(args[1]), int(args[2])
+    kind = args[3]
+    # first of all: nothing the kernel brings may run before the limits hold
+    apply_limits(json.loads(args[4]))
     # a thread, not PR_SET_PDEATHSIG: that signal follows the parent *thread*, and a
-    # certifier may run in a worker thread that ends long before the sandbox does
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    # certifier may start the sandbox from a worker thread that ends long before it
+    threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
     # a segfault prints the Python stack to stderr, which the parent shows in the outcome
     faulthandler.enable(all_threads=False)
-    if len(args) > 2:
-        preload(args[2])
+    preload(kind)
     inbox = Connection(read_fd, writable=False)
     outbox = Connection(write_fd, readable=False)
     try:

@@ -98,6 +98,11 @@ def lint_command(
     arch: Annotated[str | None, typer.Option("--arch", help="Target, e.g. sm_90.")] = None,
     hw: Annotated[str, typer.Option("--hw", help="Hardware class; picks the arch.")] = DEFAULT_HW,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    no_sandbox: Annotated[bool, typer.Option(
+        "--no-sandbox", help="Compile without the sandbox: trusted code only.")] = False,
+    allow_module_code: Annotated[bool, typer.Option(
+        "--allow-module-code", help="Let a Triton module run module-level code, inside the "
+        "sandbox.")] = False,
 ) -> None:
     """Build the kernel(s) and check registers, spills, memory and PTX patterns (no GPU)."""
     target = check_arch(arch) if arch else arch_for_hw(hw)
@@ -106,7 +111,8 @@ def lint_command(
     for spec in kernels:
         if not as_json:
             err_console.print(f"building {spec.name} for {target} ...", markup=False)
-        reports.append(lint(spec, arch=target))
+        reports.append(lint(spec, arch=target, sandbox=not no_sandbox,
+                            allow_module_code=allow_module_code))
     ok = all(r.ok for r in reports)
     if as_json:
         emit_json(

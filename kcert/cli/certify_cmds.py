@@ -12,6 +12,7 @@ from rich.table import Table
 from kcert.certify.execution import EXECUTORS
 from kcert.certify.pipeline import DEFAULT_DEADLINE_S, CertifyOptions, certify
 from kcert.certify.report import CertificationReport, Status, Verdict
+from kcert.certify.spares import discard_spares
 from kcert.certify.spec import resolve_kernel
 from kcert.cli.app import EXIT_FAIL, EXIT_OK
 from kcert.cli.output import emit_json, err_console, out_console
@@ -39,6 +40,12 @@ def certify_command(
         "--deadline", min=0.1, help="Seconds one launch may take before it counts as a hang.",
     )] = DEFAULT_DEADLINE_S,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    no_sandbox: Annotated[bool, typer.Option(
+        "--no-sandbox", help="Run kernel code without the sandbox: trusted code only "
+        "(recorded; a registry refuses such certificates by default).")] = False,
+    allow_module_code: Annotated[bool, typer.Option(
+        "--allow-module-code", help="Let a Triton module run module-level code, inside the "
+        "sandbox (recorded in the certificate).")] = False,
 ) -> None:  # fmt: skip
     """Certify a kernel: probes, sandboxed runs, every check; sign with --key."""
     if executor != "auto" and executor not in EXECUTORS:
@@ -46,11 +53,16 @@ def certify_command(
     if out is not None and key is None:
         raise UsageError("--out writes a signed certificate: give the signing key with --key")
     spec = resolve_kernel(path, kernel)
-    signing_key = _load_key(key) if key is not None else None
-    options = CertifyOptions(executor=executor, hw=hw, max_probes=max_probes, deadline_s=deadline)
+    if key is not None and not key.is_file():
+        raise UsageError(f"--key {key}: no such file")
+    options = CertifyOptions(executor=executor, hw=hw, max_probes=max_probes, deadline_s=deadline,
+                             sandbox=not no_sandbox, allow_module_code=allow_module_code)
     with err_console.status(f"certifying {spec.name}", spinner="dots") as status:
         report = certify(spec, options, progress=lambda text: status.update(
             f"certifying {escape(spec.name)}: {escape(text)}"))  # fmt: skip
+    # the key is read last, once no process that ran or compiled kernel code is alive
+    discard_spares()
+    signing_key = _load_key(key) if key is not None else None
     certificate: str | None = None
     certificate_id: str | None = None
     if signing_key is not None:

@@ -18,6 +18,7 @@ import abc
 import importlib.util
 import math
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from kcert.certify.execution import RunStatus
+from kcert.certify.sources import SourceFile
 from kcert.certify.spec import KernelSpec, Launch
 from kcert.errors import KcertError
 
@@ -187,15 +189,23 @@ def scalar_kwargs(kernel: KernelSpec, launch: Launch) -> Mapping[str, Any]:
     return values
 
 
-def import_source(path: Path, module_name: str) -> ModuleType:
-    """Import a kernel or reference source file as a fresh module."""
-    folder = str(path.parent)
-    if folder not in sys.path:
-        # a kernel may import a helper that sits beside it
-        sys.path.insert(0, folder)
+def import_code(code: SourceFile, module_name: str) -> ModuleType:
+    """Import a module from the bytes the certifier read, never from the user's file.
+
+    The bytes are written into this process's private temporary folder first:
+    Triton's JIT reads a kernel's source back through ``inspect``, which needs a
+    file. Its folder is importable, so a kernel may import a header-like helper
+    only if the certifier handed it over too.
+    """
+    folder = Path(tempfile.gettempdir()) / "kcert-code" / module_name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / Path(code.name).name
+    path.write_bytes(code.data)
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise Fault(RunStatus.LAUNCH_ERROR, f"cannot import {path.name} as a Python module")
+        raise Fault(RunStatus.LAUNCH_ERROR, f"cannot import {code.name} as a Python module")
     module = importlib.util.module_from_spec(spec)
     # Triton's JIT reads the kernel's source through the module, so register it
     sys.modules[module_name] = module
@@ -203,8 +213,8 @@ def import_source(path: Path, module_name: str) -> ModuleType:
         spec.loader.exec_module(module)
     except BaseException as exc:  # the kernel's own code: anything it raises is its fault
         if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise Fault(RunStatus.LAUNCH_ERROR, f"importing {path.name} exited") from exc
-        raise describe(exc, f"importing {path.name}") from exc
+            raise Fault(RunStatus.LAUNCH_ERROR, f"importing {code.name} exited") from exc
+        raise describe(exc, f"importing {code.name}") from exc
     return module
 
 

@@ -26,7 +26,7 @@ from kcert.certify.executors.base import (
     Fault,
     Unavailable,
     describe,
-    import_source,
+    import_code,
     scalar_kwargs,
 )
 from kcert.certify.spec import Intent, KernelSpec, Launch
@@ -49,7 +49,7 @@ class TritonExecutor(Executor):
             raise Unavailable(f"torch {torch.__version__} cannot use a GPU here "
                               "(torch.cuda.is_available() is False)")  # fmt: skip
 
-        module = import_source(self.kernel.source, f"kcert_kernel_{self.kernel.name}")
+        module = import_code(self.kernel.code.main, f"kcert_kernel_{self.kernel.name}")
         fn = getattr(module, self.kernel.entry, None)
         if fn is None:
             raise Fault(RunStatus.LAUNCH_ERROR,
