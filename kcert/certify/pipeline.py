@@ -48,7 +48,6 @@ from kcert.certify.report import (
 )  # fmt: skip
 from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import allowances
-from kcert.digest import Digest
 
 #: Checks made on every probe's two launches (the order they are reported in).
 PROBE_CHECKS: tuple[str, ...] = (

@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -130,7 +131,9 @@ def _run_attack(mode: str, tmp_path_factory: pytest.TempPathFactory) -> Attack:
     key, database = home / "signing.key", home / "registry.db"
     subprocess.run([str(KCERT), "keys", "generate", "--out", str(key)], check=True,
                    capture_output=True)  # fmt: skip
-    database.write_bytes(b"SQLite stand-in: must stay byte-identical")
+    with sqlite3.connect(database) as db:  # the embedded registry's stand-in
+        db.execute("CREATE TABLE trusted_keys (keyid TEXT)")
+
     marker = Path("/tmp") / f"{token}.marker"
     site = Path(sysconfig.get_paths()["purelib"])
     install = Path(kcert.__file__)
