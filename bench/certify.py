@@ -24,7 +24,10 @@ up to the wall time. Columns:
 - ``sign``: signing the report into a DSSE certificate; ``other``: everything else.
 
 The last column is the share of wall time spent outside the kernel's own
-runs. On a machine without a GPU the Triton examples run through the Triton
+runs. A last table gives the sandbox's cost: every kernel certified again,
+in alternating batches (two each), with and without the sandbox
+(:mod:`kcert.certify.jail`), and the ratio of their wall times measured in
+this one run (``--no-sandbox-cost`` skips it). On a machine without a GPU the Triton examples run through the Triton
 interpreter (``--executor auto`` picks it); with a GPU, ``auto`` picks the GPU.
 """
 
@@ -152,12 +155,13 @@ class KernelCost:
         return 1.0 - self.seconds.get("runs", 0.0) / self.wall_s if self.wall_s else 0.0
 
 
-def measure(spec: Any, executor: str, max_probes: int | None, key: Any) -> KernelCost:
+def measure(spec: Any, executor: str, max_probes: int | None, key: Any,
+            sandbox: bool = True) -> KernelCost:  # fmt: skip
     import kcert.attest.certificate as attest
     from kcert.certify.pipeline import CertifyOptions, certify
 
     clock = Clock()
-    options = CertifyOptions(executor=executor, max_probes=max_probes)
+    options = CertifyOptions(executor=executor, max_probes=max_probes, sandbox=sandbox)
     with instrumented(clock):
         start = time.perf_counter()
         report = clock.wrap("other", certify)(spec, options)
@@ -194,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated kernel names")
     parser.add_argument("--executor", default="auto")
     parser.add_argument("--max-probes", type=int, default=None)
+    parser.add_argument("--no-sandbox-cost", dest="sandbox_cost", action="store_false",
+                        help="skip the with/without-sandbox comparison")  # fmt: skip
     args = parser.parse_args(argv)
 
     from kcert.attest.keys import generate_private_key
@@ -223,7 +229,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {spec.name}: {exc.diagnostics()}", file=sys.stderr)
             return 2
     print_table(costs, executor)
+    if args.sandbox_cost:
+        print_sandbox_cost(specs, executor, args.max_probes, key)
     return 0
+
+
+def print_sandbox_cost(specs: tuple[Any, ...], executor: str, max_probes: int | None,
+                       key: Any) -> None:  # fmt: skip
+    """Wall time with and without the sandbox, in alternating batches, and their ratio."""
+    from kcert.certify.sandbox import default_executor
+
+    walls: dict[bool, dict[str, list[float]]] = {True: defaultdict(list), False: defaultdict(list)}
+    for sandbox in (False, True, False, True):
+        print(f"sandbox cost: a batch {'with' if sandbox else 'without'} the sandbox ...",
+              file=sys.stderr, flush=True)  # fmt: skip
+        for spec in specs:
+            chosen = default_executor(spec) if executor == "auto" else executor
+            walls[sandbox][spec.name].append(measure(spec, chosen, max_probes, key,
+                                                     sandbox).wall_s)  # fmt: skip
+    print("sandbox cost: wall seconds per kernel (sum of 2 batches each)")
+    print(f"{'kernel':10}{'no sandbox':>12}{'sandbox':>10}{'ratio':>8}")
+    for spec in specs:
+        bare, boxed = sum(walls[False][spec.name]), sum(walls[True][spec.name])
+        print(f"{spec.name:10}{bare:12.2f}{boxed:10.2f}{boxed / bare:8.2f}")
+    bare = sum(sum(v) for v in walls[False].values())
+    boxed = sum(sum(v) for v in walls[True].values())
+    print(f"{'all':10}{bare:12.2f}{boxed:10.2f}{boxed / bare:8.2f}")
 
 
 if __name__ == "__main__":

@@ -265,7 +265,9 @@ def command(
         for device in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", device, device]
         args += ["--ro-bind-try", "/sys", "/sys"]
-    args += ["--bind", str(workdir), INSIDE_TMP, "--chdir", INSIDE_TMP, "--", *argv]
+    # the sandbox's own root (where bwrap made /etc, /root, ... as mount points) read-only too
+    args += ["--bind", str(workdir), INSIDE_TMP, "--remount-ro", "/", "--chdir", INSIDE_TMP,
+             "--", *argv]  # fmt: skip
     return args
 
 

@@ -222,6 +222,8 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             code = None
         self._stop_worker()
+        if self.sandbox and code is not None and code > 128:
+            code = 128 - code  # bwrap's init passes a signal on as 128 + its number
         if code is not None and code < 0:
             name = _signal_name(-code)
             status = RunStatus.CRASH

@@ -1,0 +1,153 @@
+"""The sandbox itself: what a child can see, reach and use (kcert.certify.jail)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import kcert
+from kcert.certify import jail, spares
+
+
+def _inside(code: str, tmp_path: Path, *, env: dict[str, str] | None = None,
+            protected: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    workdir = tmp_path / "private"
+    workdir.mkdir(exist_ok=True)
+    argv = jail.command([sys.executable, "-c", code], workdir=workdir, gpu=False,
+                        protected=protected)  # fmt: skip
+    return subprocess.run(argv, env=jail.child_env(env or {}), capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+
+
+def test_the_host_can_sandbox() -> None:
+    assert "bubblewrap" in jail.probe()
+
+
+def test_protected_folders_home_and_cwd_do_not_exist_inside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec_folder = tmp_path / "spec"
+    spec_folder.mkdir()
+    (spec_folder / "reference.py").write_text("SECRET = 1\n")
+    home = tmp_path / "kcert-home"
+    home.mkdir()
+    (home / "signing.key").write_text("key bytes\n")
+    monkeypatch.setenv("KCERT_HOME", str(home))
+    # home and cwd may exist inside as bare mount points of a bound prefix; their files do not
+    mine = [p for p in (*Path.home().iterdir(), *Path.cwd().iterdir()) if p.is_file()][:20]
+    paths = [spec_folder / "reference.py", home / "signing.key", *mine]
+    code = f"import os, json; print(json.dumps([os.path.exists(p) for p in {[str(p) for p in paths]!r}]))"
+    done = _inside(code, tmp_path, protected=(spec_folder,))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [False] * len(paths)
+
+
+def test_only_the_private_folder_is_writable_and_it_is_the_callers(tmp_path: Path) -> None:
+    code = ("import os\n"
+            "open('/tmp/inside.txt', 'w').write('ok')\n"
+            f"for p in ['/usr/kcert-x', {str(Path(kcert.__file__).parent / 'x')!r}, '/etc/x']:\n"
+            "    try:\n        open(p, 'w')\n        print('WROTE', p)\n"
+            "    except OSError:\n        pass\n")  # fmt: skip
+    done = _inside(code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "WROTE" not in done.stdout
+    assert (tmp_path / "private" / "inside.txt").read_text() == "ok"
+
+
+def test_the_environment_is_an_allowlist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KCERT_TOKEN", "secret-token")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-aws")
+    done = _inside("import os; print(sorted(os.environ.items()))", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "secret-token" not in done.stdout and "secret-aws" not in done.stdout
+    assert "'HOME', '/tmp/home'" in done.stdout
+
+
+def test_there_is_no_network_to_the_host(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
+                "    print('CONNECTED')\nexcept OSError as exc:\n    print('refused', exc)\n")
+        done = _inside(code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "CONNECTED" not in done.stdout and "refused" in done.stdout
+
+
+def test_the_certifier_is_invisible_in_the_pid_namespace(tmp_path: Path) -> None:
+    done = _inside("import os; print(os.getpid(), sorted(p for p in os.listdir('/proc') "
+                   "if p.isdigit()))", tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pid, visible = done.stdout.split(" ", 1)
+    assert int(pid) < 10 and str(os.getpid()) not in visible
+
+
+def test_a_worker_sets_its_limits_before_anything_else() -> None:
+    worker = spares.launch(spares.WorkerKey("build-cuda", True, sys.executable))
+    expected = jail.Limits.for_child(gpu=False)
+    try:
+        child = _sandboxed_child(worker.proc.pid)
+        # the worker's first statement sets them: wait for it to get there
+        for _ in range(200):
+            limits = Path(f"/proc/{child}/limits").read_text()
+            if f"Max cpu time              {expected.cpu_seconds} " in limits:
+                break
+            time.sleep(0.05)
+    finally:
+        spares.reap(worker.proc, worker.inbox, worker.outbox, worker.log, worker)
+    rows = {line[:26].strip(): line[26:].split()[:2] for line in limits.splitlines()[1:]}
+    both = lambda value: [str(value), str(value)]  # noqa: E731  (soft and hard)
+    assert rows["Max open files"] == both(expected.open_files)
+    assert rows["Max core file size"] == both(0)
+    assert rows["Max address space"] == both(expected.address_space_bytes)
+    assert rows["Max file size"] == both(expected.file_size_bytes)
+    assert rows["Max processes"] == both(expected.processes)
+
+
+def test_reaping_a_worker_ends_every_process_in_its_sandbox() -> None:
+    worker = spares.launch(spares.WorkerKey("build-cuda", True, sys.executable))
+    child = _sandboxed_child(worker.proc.pid)
+    spares.reap(worker.proc, worker.inbox, worker.outbox, worker.log, worker)
+    assert not Path(f"/proc/{child}").exists()
+    assert worker.workdir is None
+
+
+def _sandboxed_child(outer: int, timeout_s: float = 30.0) -> int:
+    """The host pid of the worker's python process inside the sandbox (once it has started)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            python = Path(cmdline[0].decode(errors="replace")).name.startswith("python")
+            if python and b"kcert.certify.worker" in cmdline and "NSpid:\t" in status:
+                levels = status.split("NSpid:\t", 1)[1].split("\n", 1)[0].split()
+                if len(levels) > 1 and _descends(int(pid), outer):
+                    return int(pid)
+        time.sleep(0.05)
+    raise AssertionError("the sandboxed worker never started")
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
