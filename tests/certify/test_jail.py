@@ -43,7 +43,8 @@ def test_protected_folders_home_and_cwd_do_not_exist_inside(
     # home and cwd may exist inside as bare mount points of a bound prefix; their files do not
     mine = [p for p in (*Path.home().iterdir(), *Path.cwd().iterdir()) if p.is_file()][:20]
     paths = [spec_folder / "reference.py", home / "signing.key", *mine]
-    code = f"import os, json; print(json.dumps([os.path.exists(p) for p in {[str(p) for p in paths]!r}]))"
+    listed = [str(p) for p in paths]
+    code = f"import os, json; print(json.dumps([os.path.exists(p) for p in {listed!r}]))"
     done = _inside(code, tmp_path, protected=(spec_folder,))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [False] * len(paths)
