@@ -37,9 +37,11 @@ class ChildBuildError(KcertError):
 
     kind = "build-error"
 
-    def __init__(self, message: str, log: str = "") -> None:
+    def __init__(
+        self, message: str, log: str = "", arg_names: tuple[str, ...] | None = None
+    ) -> None:  # fmt: skip
         super().__init__(message)
-        self.message, self.log = message, log
+        self.message, self.log, self.arg_names = message, log, arg_names
 
 
 class ChildCompilerMissing(KcertError):
@@ -95,7 +97,7 @@ def _answer(worker: spares.WorkerProcess, deadline: float, limit: float) -> Chil
         message = str(header.get("message", "the build failed"))
         if header.get("status") == "environment":
             raise ChildCompilerMissing(message)
-        raise ChildBuildError(message, str(header.get("log", "")))
+        raise ChildBuildError(message, str(header.get("log", "")), _names(header))
     builds: list[RawBuild] = []
     entries = header.get("builds")
     if not isinstance(entries, list) or not entries:
@@ -108,9 +110,12 @@ def _answer(worker: spares.WorkerProcess, deadline: float, limit: float) -> Chil
                                    ptx, cubin, str(entry["log"])))  # fmt: skip
         except (KeyError, TypeError) as exc:
             raise ChildBuildError("the build process sent a malformed answer") from exc
+    return ChildBuilds(tuple(builds), _names(header))
+
+
+def _names(header: dict[str, Any]) -> tuple[str, ...] | None:
     names = header.get("arg_names")
-    arg_names = tuple(str(n) for n in names) if isinstance(names, list) else None
-    return ChildBuilds(tuple(builds), arg_names)
+    return tuple(str(n) for n in names) if isinstance(names, list) else None
 
 
 def _receive(worker: spares.WorkerProcess, deadline: float, limit: float) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def _triton() -> Any:
     return triton
 
 
-def _load_entry(kernel: KernelSpec) -> Any:
+def load_entry(kernel: KernelSpec) -> Any:
     """Import the module from the spec's bytes and return its ``@triton.jit`` entry (child only)."""
     triton = _triton()
     try:
@@ -182,6 +182,8 @@ def build_triton_sets(
         except ChildCompilerMissing as exc:
             raise CompilerUnavailable(str(exc)) from exc
         except ChildBuildError as exc:
+            if exc.arg_names is not None:
+                check_arguments(kernel, exc.arg_names)  # a wrong spec says so, not "no compile"
             raise BuildError(exc.message, log=exc.log) from exc
         check_arguments(kernel, child.arg_names or ())
         if len(child.builds) != len(missing):
@@ -203,12 +205,11 @@ def build_triton_sets(
 
 
 def compile_triton(
-    kernel: KernelSpec, arch: str, const_sets: Sequence[Mapping[str, int]]
-) -> tuple[list[str], list[RawBuild]]:
-    """Import the module from the spec's bytes and compile each const set (build child only)."""
+    kernel: KernelSpec, fn: Any, arch: str, const_sets: Sequence[Mapping[str, int]]
+) -> list[RawBuild]:
+    """Compile the entry ``fn`` (from :func:`load_entry`) for each const set (build child only)."""
     triton = _triton()
     cc = int(re.sub(r"\D", "", check_arch(arch)))
-    fn = _load_entry(kernel)
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -236,7 +237,7 @@ def compile_triton(
         # the log records it (and the cache keeps it) as a line of its own.
         log += f"\n{_SHARED_NOTE} {int(compiled.metadata.shared)} bytes\n"
         builds.append(RawBuild(options, compiler, ptx_bytes, bytes(compiled.asm["cubin"]), log))
-    return list(fn.arg_names), builds
+    return builds
 
 
 def _with_dynamic_shared(build: Build) -> Build:

@@ -199,20 +199,23 @@ def _serve_build(outbox: Connection, kernel: KernelSpec, init: dict[str, Any]) -
     """Compile ``kernel`` for each const assignment; one header, then PTX and cubin frames."""
     from kcert.certify.build import BuildError, CompilerUnavailable, compile_cuda
 
+    arg_names: list[str] | None = None
     try:
         if kernel.language == "cuda":
             builds = [compile_cuda(kernel, init["arch"])]
-            arg_names = None
         else:
-            from kcert.certify.triton_build import compile_triton
+            from kcert.certify.triton_build import compile_triton, load_entry
 
-            arg_names, builds = compile_triton(kernel, init["arch"], init["const_sets"])
+            fn = load_entry(kernel)
+            arg_names = list(fn.arg_names)
+            builds = compile_triton(kernel, fn, init["arch"], init["const_sets"])
     except CompilerUnavailable as exc:
         _send(outbox, {"ok": False, "status": "environment", "message": exc.diagnostics()})
         return 0
     except BuildError as exc:
+        # the parameter names too: a spec that lists the wrong ones is told so first
         _send(outbox, {"ok": False, "status": "build-error", "message": exc.message,
-                       "log": exc.log})  # fmt: skip
+                       "log": exc.log, "arg_names": arg_names})  # fmt: skip
         return 0
     except Exception as exc:  # the kernel module's own code, run by its import
         failure = describe(exc, "building the kernel")

@@ -277,7 +277,7 @@ def _rerun(
     from kcert.certify.environment import gpu_status
     from kcert.certify.pipeline import CertifyOptions, certify
     from kcert.certify.spec import resolve_kernel
-    from kcert.digest import Digest, canonical_json
+    from kcert.digest import canonical_json
 
     recorded = decision.recorded.get("certificate")
     candidates = leaf.payload.get("inputs", {}).get("candidates", [])
@@ -298,7 +298,7 @@ def _rerun(
     if spec is None:
         raise UsageError("--rerun needs --spec PATH: the kernel's kcert.toml or source file")
     kernel = resolve_kernel(spec, kernel_name)
-    if Digest.of_file(kernel.source) != contents.source_digest:
+    if kernel.code.digest != contents.source_digest:
         raise UsageError(
             f"{kernel.source} is not the certified source (certificate {cid} names "
             f"{contents.source_digest})"
@@ -313,6 +313,9 @@ def _rerun(
             fresh_seed=int(probes["fresh_seed"]),
             minimize=False,
             timing=False,
+            # always sandboxed; module code only where the certificate says it was allowed
+            allow_module_code=bool(
+                contents.predicate["certifier"].get("confinement", {}).get("module_code")),
         ),  # fmt: skip
         progress=lambda text: err_console.print(text, soft_wrap=True, markup=False),
     )

@@ -298,19 +298,19 @@ def test_ptx_param_sizes() -> None:
 
 
 def test_triton_example_builds_without_a_gpu() -> None:
-    from kcert.certify.triton_build import build_triton, const_sets
+    from kcert.certify.triton_build import build_triton_sets, const_sets
 
     kernel = load_spec(EXAMPLES / "triton" / "kcert.toml").kernel("saxpy")
     (consts,) = const_sets(kernel)
     assert consts == {"BLOCK": 1024}
-    build = build_triton(kernel, arch="sm_90", consts=consts)
+    build = build_triton_sets(kernel, arch="sm_90", const_sets=[consts])[0]
     assert build.language == "triton"
     assert ptx_entries(build.ptx_text) == ("saxpy",)
     assert build.cubin.startswith(b"\x7fELF")
     assert build.resources is not None and build.resources.registers > 0
     assert "BLOCK=1024" in build.options
     assert build.compiler.startswith("triton ")
-    assert build_triton(kernel, arch="sm_90", consts=consts).cached
+    assert build_triton_sets(kernel, arch="sm_90", const_sets=[consts])[0].cached
 
 
 def test_triton_const_sets_follow_the_dims(tmp_path: Path) -> None:
@@ -341,7 +341,7 @@ def test_triton_const_sets_follow_the_dims(tmp_path: Path) -> None:
     ],
 )  # fmt: skip
 def test_triton_source_problems(tmp_path: Path, source: str, fragment: str) -> None:
-    from kcert.certify.triton_build import build_triton
+    from kcert.certify.triton_build import build_triton_sets
 
     (tmp_path / "k.py").write_text(source)
     (tmp_path / "ref.py").write_text("def ref(**kw):\n    return None\n")
@@ -353,11 +353,11 @@ def test_triton_source_problems(tmp_path: Path, source: str, fragment: str) -> N
     )
     kernel = load_spec(tmp_path / "kcert.toml").kernels[0]
     with pytest.raises(BuildError, match=fragment):
-        build_triton(kernel, arch="sm_90", consts={"BLOCK": 16})
+        build_triton_sets(kernel, arch="sm_90", const_sets=[{"BLOCK": 16}])[0]
 
 
 def test_triton_args_must_match_parameters(tmp_path: Path) -> None:
-    from kcert.certify.triton_build import build_triton
+    from kcert.certify.triton_build import build_triton_sets
 
     (tmp_path / "k.py").write_text((EXAMPLES / "triton" / "saxpy.py").read_text())
     (tmp_path / "ref.py").write_text("def ref(**kw):\n    return None\n")
@@ -369,12 +369,12 @@ def test_triton_args_must_match_parameters(tmp_path: Path) -> None:
     )
     kernel = load_spec(tmp_path / "kcert.toml").kernels[0]
     with pytest.raises(SpecError, match="missing y_ptr") as info:
-        build_triton(kernel, arch="sm_90", consts={"BLOCK": 16})
+        build_triton_sets(kernel, arch="sm_90", const_sets=[{"BLOCK": 16}])[0]
     assert "key 'args'" in info.value.diagnostics()
 
 
 def test_triton_compile_error_is_a_build_error(tmp_path: Path) -> None:
-    from kcert.certify.triton_build import build_triton
+    from kcert.certify.triton_build import build_triton_sets
 
     source = (EXAMPLES / "triton" / "saxpy.py").read_text().replace(
         "a * x + y", "a * x + y + tl.no_such_function(x)"
@@ -389,5 +389,5 @@ def test_triton_compile_error_is_a_build_error(tmp_path: Path) -> None:
     )
     kernel = load_spec(tmp_path / "kcert.toml").kernels[0]
     with pytest.raises(BuildError, match="Triton cannot compile") as info:
-        build_triton(kernel, arch="sm_90", consts={"BLOCK": 16})
+        build_triton_sets(kernel, arch="sm_90", const_sets=[{"BLOCK": 16}])[0]
     assert "no_such_function" in info.value.log
