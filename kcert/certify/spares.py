@@ -51,11 +51,14 @@ class WorkerKey:
     executor: str
     sandbox: bool
     python: str
+    #: The allowlisted variables a worker started now inherits (OMP_NUM_THREADS, ...): a
+    #: spare started under other values would not be what a fresh worker is.
+    env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def now(cls, executor: str, *, sandbox: bool = True) -> WorkerKey:
         """The key of a worker for ``executor`` started now, from this process."""
-        return cls(executor, sandbox, sys.executable)
+        return cls(executor, sandbox, sys.executable, tuple(sorted(worker_env(executor).items())))
 
 
 def worker_env(executor: str, tmp: str = jail.INSIDE_TMP) -> dict[str, str]:

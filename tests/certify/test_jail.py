@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_procs import sandboxed_python
 
 import kcert
 from kcert.certify import jail, spares
@@ -93,7 +94,7 @@ def test_a_worker_sets_its_limits_before_anything_else() -> None:
     worker = spares.launch(spares.WorkerKey("build-cuda", True, sys.executable))
     expected = jail.Limits.for_child(gpu=False)
     try:
-        child = _sandboxed_child(worker.proc.pid)
+        child = sandboxed_python(worker.proc.pid)
         # the worker's first statement sets them: wait for it to get there
         for _ in range(200):
             limits = Path(f"/proc/{child}/limits").read_text()
@@ -113,42 +114,7 @@ def test_a_worker_sets_its_limits_before_anything_else() -> None:
 
 def test_reaping_a_worker_ends_every_process_in_its_sandbox() -> None:
     worker = spares.launch(spares.WorkerKey("build-cuda", True, sys.executable))
-    child = _sandboxed_child(worker.proc.pid)
+    child = sandboxed_python(worker.proc.pid)
     spares.reap(worker.proc, worker.inbox, worker.outbox, worker.log, worker)
     assert not Path(f"/proc/{child}").exists()
     assert worker.workdir is None
-
-
-def _sandboxed_child(outer: int, timeout_s: float = 30.0) -> int:
-    """The host pid of the worker's python process inside the sandbox (once it has started)."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            python = Path(cmdline[0].decode(errors="replace")).name.startswith("python")
-            if python and b"kcert.certify.worker" in cmdline and "NSpid:\t" in status:
-                levels = status.split("NSpid:\t", 1)[1].split("\n", 1)[0].split()
-                if len(levels) > 1 and _descends(int(pid), outer):
-                    return int(pid)
-        time.sleep(0.05)
-    raise AssertionError("the sandboxed worker never started")
-
-
-def _descends(pid: int, ancestor: int) -> bool:
-    while pid > 1:
-        if pid == ancestor:
-            return True
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-    return False

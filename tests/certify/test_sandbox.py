@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,16 +151,36 @@ def test_an_infinite_loop_times_out_at_the_deadline_and_the_worker_restarts() ->
     assert 1.5 <= waited < 1.5 + DEFAULT_STARTUP_S
 
 
-def test_a_timeout_kills_the_workers_children_too(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pidfile = tmp_path / "grandchild.pid"
-    monkeypatch.setenv("KCERT_TEST_PIDFILE", str(pidfile))
-    with Sandbox(kernel("hang_with_grandchild"), "triton-interpreter", deadline_s=3) as sandbox:
+def test_a_timeout_kills_the_workers_children_too() -> None:
+    mark = b"kcert-test-grandchild-of-a-hung-kernel"  # tests/assets/sandbox/kernels.py
+    seen: list[int] = []
+
+    def watch() -> None:  # from outside: the grandchild must exist while the kernel hangs
+        for _ in range(100):
+            seen.extend(_pids_with(mark))
+            if seen:
+                return
+            time.sleep(0.05)
+
+    with Sandbox(kernel("hang_with_grandchild"), "triton-interpreter", deadline_s=5) as sandbox:
+        watcher = threading.Thread(target=watch)
+        watcher.start()
         outcome = sandbox.run(job(sandbox.kernel, 4))
+        watcher.join()
     assert outcome.status is RunStatus.TIMEOUT
-    grandchild = int(pidfile.read_text())
-    assert gone(grandchild), f"process {grandchild} outlived the sandbox"
+    assert seen, "the hung kernel's grandchild never started"
+    assert all(gone(pid) for pid in seen), f"processes {seen} outlived the sandbox"
+
+
+def _pids_with(mark: bytes) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and mark in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
 
 
 def test_an_exception_in_the_kernel_is_a_launch_error_and_the_worker_lives_on() -> None:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_procs import sandboxed_python
 from test_sandbox import gone, job, kernel
 
 from kcert.certify import spares
@@ -48,8 +49,9 @@ def test_a_sandbox_takes_the_spare_and_the_next_spare_starts() -> None:
 def test_a_spare_imports_torch_before_any_kernel_is_given() -> None:
     spares.discard_spares()
     spares.prewarm(EXECUTOR)
-    pid = spares.spare_pid(EXECUTOR)
-    assert pid is not None
+    outer = spares.spare_pid(EXECUTOR)
+    assert outer is not None
+    pid = sandboxed_python(outer)
     stop = time.monotonic() + 60.0
     while "libtorch" not in _maps(pid) and time.monotonic() < stop:
         time.sleep(0.1)
@@ -79,35 +81,21 @@ def test_a_spare_started_under_another_environment_is_not_used(
         assert sandbox.run(job(sandbox.kernel, 8)).ok
 
 
-def test_kcerts_own_variables_reach_the_kernel_of_a_spare_started_without_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("KCERT_STALE_VARIABLE", "1")
+def test_kcerts_own_variables_never_reach_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    spares.discard_spares()
+    monkeypatch.setenv("KCERT_TOKEN", "a-secret-token")
+    monkeypatch.setenv("KCERT_HOME", "/somewhere/secret")
     spares.prewarm(EXECUTOR)
-    spare = spares.spare_pid(EXECUTOR)
-    assert spare is not None
-    monkeypatch.delenv("KCERT_STALE_VARIABLE")
-    pidfile = tmp_path / "grandchild.pid"
-    # the kernel writes its grandchild's pid where this variable says
-    monkeypatch.setenv("KCERT_TEST_PIDFILE", str(pidfile))
-    with Sandbox(kernel("hang_with_grandchild"), EXECUTOR, deadline_s=3) as sandbox:
-        assert sandbox.pid == spare
-        assert sandbox.run(job(sandbox.kernel, 4)).status is RunStatus.TIMEOUT
-    assert gone(int(pidfile.read_text()))
-
-
-def test_the_worker_takes_the_late_variables_exactly() -> None:
-    from kcert.certify.worker import _apply_late_env
-
-    saved = dict(os.environ)
-    os.environ["KCERT_STALE_VARIABLE"] = "1"
-    try:
-        _apply_late_env({"KCERT_TEST_FRESH": "2", "PATH": "not applied"})
-        assert "KCERT_STALE_VARIABLE" not in os.environ
-        assert os.environ["KCERT_TEST_FRESH"] == "2" and os.environ["PATH"] == saved["PATH"]
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    outer = spares.spare_pid(EXECUTOR)
+    assert outer is not None
+    environ = Path(f"/proc/{sandboxed_python(outer)}/environ").read_bytes().split(b"\0")
+    names = {entry.split(b"=", 1)[0] for entry in environ if entry}
+    assert not {n for n in names if n.startswith(b"KCERT_")}
+    assert b"a-secret-token" not in b"".join(environ)
+    # and a spare started with them set is the one the next sandbox takes: they are not its
+    monkeypatch.delenv("KCERT_TOKEN")
+    with Sandbox(kernel("copy"), EXECUTOR) as sandbox:
+        assert sandbox.pid == outer
 
 
 def test_an_unused_sandbox_closes_its_worker_cleanly() -> None:

@@ -64,11 +64,14 @@ def _segfault():
     ctypes.string_at(0)
 
 
+#: In the grandchild's command line: the test finds it by this, from outside the sandbox.
+GRANDCHILD_MARK = "kcert-test-grandchild-of-a-hung-kernel"
+
+
 def _hang_with_grandchild():
-    # a grandchild that would outlive a careless sandbox; its pid goes where the test looks
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    with open(os.environ["KCERT_TEST_PIDFILE"], "w") as f:
-        f.write(str(child.pid))
+    # a grandchild that would outlive a careless sandbox, in its own session
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", GRANDCHILD_MARK],
+                     start_new_session=True)
     while True:
         time.sleep(0.05)
 
