@@ -229,6 +229,9 @@ class CertificationReport:
     minimized: Mapping[str, Mapping[str, int]]
     certifier_version: str
     issued_at: str  # RFC 3339, UTC
+    #: How the kernel was confined (``kcert.certify.jail.Confinement.to_json``); None only in
+    #: reports made before kcert recorded it.
+    confinement: Mapping[str, Any] | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -252,7 +255,8 @@ class CertificationReport:
             "minimized": {k: dict(v) for k, v in self.minimized.items()},
             "timing": self.timing.to_json(),
             "verdict": str(self.verdict),
-            "certifier": {"name": "kcert", "version": self.certifier_version},
+            "certifier": {"name": "kcert", "version": self.certifier_version,
+                          **({"confinement": dict(self.confinement)} if self.confinement else {})},
             "issued_at": self.issued_at,
         }
 
