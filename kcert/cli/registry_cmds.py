@@ -118,6 +118,13 @@ def push_command(
         return
     state = "stored" if stored.created else "already stored"
     out_console.print(f"{state}: {stored.id} ({stored.kernel_name}, verdict {stored.verdict})")
+    if not stored.sandboxed:
+        err_console.print(
+            "note: this certificate does not record that its kernel ran in the sandbox "
+            "(--no-sandbox, or an older certifier); the registry's policy will not promote it. "
+            "Certify the kernel again without --no-sandbox.",
+            markup=False, soft_wrap=True,
+        )  # fmt: skip
 
 
 def gate_command(

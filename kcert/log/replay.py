@@ -6,7 +6,9 @@ A promotion leaf (``promotion.granted``, ``promotion.denied``,
 inputs from the leaf alone, runs the registry's pure policy function again and
 compares every field of the decision. :func:`check_candidates` then holds the
 recorded inputs against the certificates they name: a recorded verdict, hardware
-class or signer that the certificate itself does not carry is a difference too.
+class, signer or sandbox (where the leaf recorded one) that the certificate itself
+does not carry is a difference too. Each leaf is decided again under the policy
+version it recorded (:data:`kcert.registry.policy.POLICIES`).
 
 :func:`compare_anchors` is the pure half of ``replay --rerun``: given the probes
 a certificate recorded and the probes of a fresh certification of the same
@@ -93,6 +95,7 @@ EnvelopeFetcher = Callable[[str], "Mapping[str, Any] | None"]
 def check_candidates(leaf: Leaf, fetch: EnvelopeFetcher) -> list[ObjectCheck]:
     """Compare each recorded candidate with the certificate it names."""
     from kcert.attest.certificate import inspect_envelope, parse_envelope
+    from kcert.registry.policy import records_sandbox
 
     inputs = leaf.payload.get("inputs")
     candidates = inputs.get("candidates", []) if isinstance(inputs, Mapping) else []
@@ -114,6 +117,11 @@ def check_candidates(leaf: Leaf, fetch: EnvelopeFetcher) -> list[ObjectCheck]:
         for name, actual in (("verdict", str(contents.verdict)), ("hw_class", contents.hw_class)):
             if candidate.get(name) != actual:
                 notes.append(f"{name}: recorded {candidate.get(name)!r}, certificate {actual!r}")
+        # Leaves recorded before the registry kept the sandbox have no such key.
+        sandboxed = records_sandbox(contents.predicate)
+        if "sandboxed" in candidate and candidate["sandboxed"] != sandboxed:
+            recorded = candidate["sandboxed"]
+            notes.append(f"sandboxed: recorded {recorded!r}, certificate {sandboxed!r}")
         keyids = {s.keyid for s in contents.envelope.signatures if s.keyid}
         if keyids and candidate.get("keyid") not in keyids:
             notes.append(f"keyid: recorded {candidate.get('keyid')!r}, signed by {sorted(keyids)}")

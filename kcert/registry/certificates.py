@@ -6,6 +6,8 @@ certificates with one index lookup. Storing is idempotent: the same envelope
 again is found, not duplicated. A certificate is accepted only when it
 verifies against a trusted, unrevoked key and its statement and predicate
 validate; a failed verdict is stored too (it is evidence), but never counts.
+So is a certificate made outside the sandbox: the row records whether it was
+(``sandboxed``) and the promotion policy refuses it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from kcert.registry.models import (
     as_utc,
     utcnow,
 )
+from kcert.registry.policy import records_sandbox
 
 
 def envelope_from_json(value: Any) -> Envelope:
@@ -71,6 +74,7 @@ def store_certificate(*, session: Session, envelope: Envelope) -> CertificateSto
         fingerprint=str(verified.fingerprint),
         envelope=canonical_json(envelope.to_json()).decode("utf-8"),
         environment=environment,
+        sandboxed=records_sandbox(predicate),
     )
     subjects = {str(digest): name for name, digest in verified.subjects}
     try:
@@ -90,6 +94,7 @@ def store_certificate(*, session: Session, envelope: Envelope) -> CertificateSto
                 "verdict": row.verdict,
                 "hw_class": row.hw_class,
                 "fingerprint": row.fingerprint,
+                "sandboxed": row.sandboxed,
             },
         )
         session.commit()
@@ -166,6 +171,7 @@ def _public_fields(session: Session, row: Certificate) -> dict[str, Any]:
         "verdict": row.verdict,
         "hw_class": row.hw_class,
         "fingerprint": row.fingerprint,
+        "sandboxed": row.sandboxed,
         "subjects": list(subjects),
         "created_at": as_utc(row.created_at),
         "revoked_at": as_utc(row.revoked_at) if row.revoked_at else None,

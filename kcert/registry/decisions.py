@@ -87,7 +87,8 @@ def kernel_certificates(session: Session, kernel: str) -> list[Certificate]:
 def _candidates_statement(*, environment: bool) -> Select[Any]:
     columns = [
         _certificate.c.id, _certificate.c.keyid, _certificate.c.verdict,
-        _certificate.c.hw_class, _certificate.c.fingerprint, _certificate.c.revoked_at,
+        _certificate.c.hw_class, _certificate.c.fingerprint, _certificate.c.sandboxed,
+        _certificate.c.revoked_at,
         _key.c.keyid.label("key_known"), _key.c.revoked_at.label("key_revoked_at"),
     ]  # fmt: skip
     if environment:
@@ -177,6 +178,7 @@ def inputs_from_rows(
             fingerprint=fingerprint_over(
                 r.fingerprint, r.environment if drift_fields else None, drift_fields
             ),
+            sandboxed=bool(r.sandboxed),
         )
         for r in rows
     )

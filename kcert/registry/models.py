@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic import Field as PydanticField
-from sqlalchemy import JSON, DateTime, Index, Text, UniqueConstraint
+from sqlalchemy import JSON, DateTime, Index, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
 from kcert.digest import Digest, DigestError
@@ -139,6 +139,10 @@ class Certificate(CertificateBase, table=True):
     envelope: str = Field(sa_type=Text)
     #: The recorded environment fields, to fingerprint over a target's own drift fields.
     environment: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    #: Whether the certificate records that its kernel ran in the sandbox
+    #: (:func:`kcert.registry.policy.records_sandbox`): false for ``--no-sandbox`` and for
+    #: certificates that record nothing, so a row written without it is never trusted more.
+    sandboxed: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     created_at: datetime = _when()
     revoked_at: datetime | None = _maybe_when()
     revoke_reason: str | None = Field(default=None, sa_type=Text)
@@ -157,6 +161,8 @@ class CertificateSubject(SQLModel, table=True):
 class CertificatePublic(CertificateBase):
     id: str
     subjects: list[str]
+    #: Made in the certifier's sandbox (the default policy refuses certificates that were not).
+    sandboxed: bool = False
     created_at: datetime
     revoked_at: datetime | None = None
     revoke_reason: str | None = None

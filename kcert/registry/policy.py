@@ -9,6 +9,11 @@ which the registry records in the audit log next to the decision. That is what
 lets ``kcert audit replay N`` rebuild the inputs from a leaf and decide again.
 
 An empty combination is an error, never an allow (STYLE.md rule 4).
+
+Every policy version this kcert has ever decided with stays in :data:`POLICIES`,
+unchanged: inputs carry the version they were recorded under, and are decided
+again under exactly that version's checks, so a leaf logged before a check was
+added still replays to the decision it recorded.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from typing import Any
 from kcert.digest import Digest
 from kcert.registry.errors import PolicyError
 
-#: Bumped whenever a check is added, removed or changes meaning.
-POLICY_VERSION = "kcert-promotion/1"
+#: Bumped whenever a check is added, removed or changes meaning (and the old version kept
+#: in :data:`POLICIES`). /2 added ``made_in_sandbox``.
+POLICY_VERSION = "kcert-promotion/2"
 #: The verdict a certificate must carry to count.
 PASSING_VERDICT = "pass"
 
@@ -40,6 +46,9 @@ class Candidate:
 
     ``fingerprint`` is the certificate's environment fingerprint taken over the
     target's drift fields, so that it can be compared with the target's.
+    ``sandboxed`` is :func:`records_sandbox` of its predicate; ``None``
+    only in inputs recorded before the registry kept it (policy ``kcert-promotion/1``,
+    which does not look at it), and then it is left out of :meth:`to_json` too.
     """
 
     id: str
@@ -47,25 +56,45 @@ class Candidate:
     verdict: str
     hw_class: str
     fingerprint: str
+    sandboxed: bool | None = None
 
-    def to_json(self) -> dict[str, str]:
-        return {
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
             "id": self.id,
             "keyid": self.keyid,
             "verdict": self.verdict,
             "hw_class": self.hw_class,
             "fingerprint": self.fingerprint,
         }
+        if self.sandboxed is not None:
+            data["sandboxed"] = self.sandboxed
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Candidate:
+        sandboxed = data.get("sandboxed")
+        if sandboxed is not None and not isinstance(sandboxed, bool):
+            raise ValueError(f"candidate's sandboxed is {sandboxed!r}, not true, false or absent")
         return cls(
             id=str(data["id"]),
             keyid=str(data["keyid"]),
             verdict=str(data["verdict"]),
             hw_class=str(data["hw_class"]),
             fingerprint=str(data["fingerprint"]),
+            sandboxed=sandboxed,
         )
+
+
+def records_sandbox(predicate: Mapping[str, Any]) -> bool:
+    """Whether a certificate's predicate records that its kernel ran in the sandbox.
+
+    True only for ``certifier.confinement.sandbox`` exactly ``true``. A certificate
+    made with ``--no-sandbox`` records ``false``; one from a certifier that predates
+    the record has none, and is not known to be sandboxed either.
+    """
+    certifier = predicate.get("certifier")
+    confinement = certifier.get("confinement") if isinstance(certifier, Mapping) else None
+    return isinstance(confinement, Mapping) and confinement.get("sandbox") is True
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,10 +263,40 @@ def fingerprint_matches(ctx: Context) -> None:
         )
 
 
+def made_in_sandbox(ctx: Context) -> None:
+    """The kernel ran in the certifier's sandbox: under ``--no-sandbox`` its code had the
+    certifier's rights (its key, its files), so nothing it reported can be relied on."""
+    sandboxed = ctx.candidate.sandboxed
+    if sandboxed is None:
+        raise Unsatisfied(
+            "the decision's inputs do not record whether the certificate was made in the sandbox"
+        )
+    if not sandboxed:
+        raise Unsatisfied(
+            "certificate was made with --no-sandbox (or by a certifier that did not record "
+            "its sandbox): the kernel's code could reach the certifier; certify it again "
+            "without --no-sandbox"
+        )
+
+
 #: A certificate is valid for a target when all of these hold (DESIGN.md, "The registry").
 CERTIFICATE_VALID: Check = all_of(
-    signed_by_trusted_key, not_revoked, verdict_passes, hardware_matches, fingerprint_matches
-)
+    signed_by_trusted_key, not_revoked, verdict_passes, hardware_matches, fingerprint_matches,
+    made_in_sandbox,
+)  # fmt: skip
+
+#: Each policy version this kcert can decide under, never changed once released: replay
+#: re-decides a logged decision under the version it recorded.
+POLICIES: Mapping[str, Check] = {
+    "kcert-promotion/1": all_of(
+        signed_by_trusted_key,
+        not_revoked,
+        verdict_passes,
+        hardware_matches,
+        fingerprint_matches,
+    ),  # fmt: skip
+    POLICY_VERSION: CERTIFICATE_VALID,
+}
 
 
 def evaluate(inputs: PromotionInputs, candidate: Candidate, policy: Check) -> tuple[str, ...]:
@@ -249,22 +308,26 @@ def evaluate(inputs: PromotionInputs, candidate: Candidate, policy: Check) -> tu
     return ()
 
 
-def decide_promotion(inputs: PromotionInputs, policy: Check = CERTIFICATE_VALID) -> Decision:
-    """Grant when some candidate satisfies ``policy``; the first such one carries it.
+def decide_promotion(inputs: PromotionInputs) -> Decision:
+    """Grant when some candidate satisfies the policy of ``inputs.policy_version``; the
+    first such one carries it.
 
     Candidates are considered in the order recorded, so the same inputs always
     name the same certificate.
     """
-    if inputs.policy_version != POLICY_VERSION:
+    policy = POLICIES.get(inputs.policy_version)
+    if policy is None:
         raise PolicyError(
             f"inputs were recorded under policy {inputs.policy_version!r}; "
-            f"this kcert decides with {POLICY_VERSION!r}"
+            f"this kcert decides with {', '.join(map(repr, POLICIES))}"
         )
+    version = inputs.policy_version
     if not inputs.candidates:
         return Decision(
             allow=False,
             certificate=None,
             reasons=(f"kernel {inputs.kernel} has no certificate in this registry",),
+            policy_version=version,
         )
     findings: dict[str, tuple[str, ...]] = {}
     for candidate in inputs.candidates:
@@ -274,6 +337,7 @@ def decide_promotion(inputs: PromotionInputs, policy: Check = CERTIFICATE_VALID)
                 allow=True,
                 certificate=candidate.id,
                 reasons=(f"certificate {candidate.id} is valid for target {inputs.target!r}",),
+                policy_version=version,
                 findings={candidate.id: ()},
             )
         findings[candidate.id] = reasons
@@ -281,6 +345,7 @@ def decide_promotion(inputs: PromotionInputs, policy: Check = CERTIFICATE_VALID)
         allow=False,
         certificate=None,
         reasons=tuple(f"{cid}: {r}" for cid, rs in findings.items() for r in rs),
+        policy_version=version,
         findings=findings,
     )
 
@@ -306,8 +371,9 @@ def decide_gate(inputs: PromotionInputs, promotion: PromotionState | None) -> De
         return decision
     reasons: Sequence[str] = extra if decision.allow else [*extra, *decision.reasons]
     return Decision(
-        allow=False, certificate=None, reasons=tuple(reasons), findings=decision.findings
-    )
+        allow=False, certificate=None, reasons=tuple(reasons),
+        policy_version=decision.policy_version, findings=decision.findings,
+    )  # fmt: skip
 
 
 def _opt_str(value: Any) -> str | None:

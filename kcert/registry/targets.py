@@ -275,6 +275,7 @@ def _valid_certificates(session: Session, target: Target) -> list[Certificate]:
         candidate = Candidate(
             id=cert.id, keyid=cert.keyid, verdict=cert.verdict, hw_class=cert.hw_class,
             fingerprint=certificate_fingerprint(cert, target.drift_fields),
+            sandboxed=cert.sandboxed,
         )  # fmt: skip
         if not evaluate(inputs, candidate, CERTIFICATE_VALID):
             valid.append(cert)

@@ -69,6 +69,21 @@ def gpu_environment(**overrides: Any) -> dict[str, Any]:
     return fields
 
 
+def confinement_record(*, sandbox: bool = True, module_code: bool = False) -> dict[str, Any]:
+    """A ``certifier.confinement`` record as the certifier writes one (``Confinement.to_json``)."""
+    if not sandbox:
+        return {"sandbox": False, "mechanism": "none (--no-sandbox: trusted code only)",
+                "module_code": module_code, "limits": None,
+                "notes": ["the kernel ran with the certifier's rights"]}  # fmt: skip
+    return {"sandbox": True, "mechanism": "bubblewrap 0.11.0: user, PID, network, IPC and UTS "
+            "namespaces; read-only system and Python; private /tmp", "module_code": module_code,
+            "limits": {"address_space_bytes": None, "memory_bytes": 68_719_476_736,
+                       "open_files": 1024, "processes": 512, "file_size_bytes": 2 << 30,
+                       "cpu_seconds": 4 * 3600},
+            "notes": ["address space not capped: CUDA reserves the device's virtual range"],
+            }  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class MadeCertificate:
     envelope: Envelope
@@ -79,9 +94,14 @@ class MadeCertificate:
 
 def make_report(
     *, source: str, environment: Mapping[str, Any], hw_class: str = "H100",
-    failing: Mapping[str, str] | None = None, name: str = "saxpy",
+    failing: Mapping[str, str] | None = None, name: str = "saxpy", sandbox: bool | None = True,
+    module_code: bool = False,
 ) -> CertificationReport:  # fmt: skip
-    """A hand-built report for kernel ``source`` certified in ``environment``."""
+    """A hand-built report for kernel ``source`` certified in ``environment``.
+
+    ``sandbox`` False is a ``--no-sandbox`` certification; None a certifier from before
+    the confinement record (no ``certifier.confinement`` at all).
+    """
     failing = dict(failing or {})
 
     def digest(text_: str) -> str:
@@ -125,20 +145,32 @@ def make_report(
         minimized={c: {"n": 33} for c in failing},
         certifier_version="0.1.0",
         issued_at="2026-11-22T09:00:00Z",
+        confinement=(
+            None
+            if sandbox is None
+            else confinement_record(sandbox=sandbox, module_code=module_code)
+        ),  # fmt: skip
     )
 
 
 def make_certificate(
     key: Ed25519PrivateKey, *, source: str | None = None,
     environment: Mapping[str, Any] | None = None, hw_class: str = "H100",
-    failing: Mapping[str, str] | None = None,
+    failing: Mapping[str, str] | None = None, sandbox: bool | None = True,
+    module_code: bool = False,
 ) -> MadeCertificate:  # fmt: skip
-    """Sign a hand-built report with ``key``; a random kernel source unless one is given."""
+    """Sign a hand-built report with ``key``; a random kernel source unless one is given.
+
+    ``sandbox`` and ``module_code`` as in :func:`make_report`.
+    """
     from kcert.attest.certificate import certificate_id
 
     source = source if source is not None else f"kernel {secrets.token_hex(8)}"
     environment = environment if environment is not None else gpu_environment()
-    report = make_report(source=source, environment=environment, hw_class=hw_class, failing=failing)
+    report = make_report(
+        source=source, environment=environment, hw_class=hw_class, failing=failing,
+        sandbox=sandbox, module_code=module_code,
+    )  # fmt: skip
     envelope = sign_report(report, key)
     return MadeCertificate(
         envelope=envelope,

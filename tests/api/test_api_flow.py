@@ -6,8 +6,11 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine
 
 from kcert.attest.keys import key_id, public_key_hex
+from kcert.registry.db import write_session
+from kcert.registry.models import Promotion
 from kcert.registry.testing import gpu_environment, make_certificate
 
 PROBLEM = "application/problem+json"
@@ -143,3 +146,49 @@ def test_openapi_is_served_and_lists_the_design_routes(client: TestClient) -> No
                  "/v1/gate", "/v1/tokens"):  # fmt: skip
         assert path in paths, path
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
+
+
+NO_SANDBOX = "was made with --no-sandbox (or by a certifier that did not record its sandbox)"
+
+
+def test_certificates_made_outside_the_sandbox_are_stored_but_the_api_refuses_them(
+    client: TestClient, admin: dict[str, str], engine: Engine, signing_key: Ed25519PrivateKey
+) -> None:
+    pub = public_key_hex(signing_key.public_key())
+    client.post("/v1/keys", json={"name": "ci", "public_key": pub}, headers=admin)
+    client.put("/v1/targets/prod", json={"hw_class": "H100", "environment": gpu_environment()},
+               headers=admin)  # fmt: skip
+    unsandboxed = make_certificate(signing_key, sandbox=False)
+    pushed = client.post("/v1/certificates", json=unsandboxed.envelope.to_json(), headers=admin)
+    assert pushed.status_code == 201 and pushed.json()["sandboxed"] is False
+    promo = {"kernel": unsandboxed.kernel, "target": "prod"}
+    problem = assert_problem(
+        client.post("/v1/promotions", json=promo, headers=admin), 409, "promotion-denied"
+    )
+    assert any(r.startswith(f"{unsandboxed.id}: certificate {NO_SANDBOX}")
+               for r in problem["reasons"]), problem["reasons"]  # fmt: skip
+    gate = client.get("/v1/gate", params=promo, headers=admin).json()
+    assert gate["allow"] is False and any(NO_SANDBOX in r for r in gate["reasons"])
+
+    # A promotion an older registry granted on a certificate that records no sandbox:
+    # the gate's own reads (not the promotion path) refuse it too.
+    source = "kernel certified by an older kcert"
+    old = make_certificate(signing_key, source=source, sandbox=None)
+    client.post("/v1/certificates", json=old.envelope.to_json(), headers=admin)
+    with write_session(engine) as session:
+        session.add(Promotion(kernel=old.kernel, target_name="prod", status="active",
+                              certificate_id=old.id))  # fmt: skip
+        session.commit()
+    promo = {"kernel": old.kernel, "target": "prod"}
+    for _ in range(2):  # computed, then from the cache
+        gate = client.get("/v1/gate", params=promo, headers=admin).json()
+        assert gate == {"allow": False, "certificate": None,
+                        "reasons": [f"{old.id}: certificate {NO_SANDBOX}: the kernel's code "
+                                    "could reach the certifier; certify it again without "
+                                    "--no-sandbox"]}  # fmt: skip
+
+    again = make_certificate(signing_key, source=source, sandbox=True)
+    pushed = client.post("/v1/certificates", json=again.envelope.to_json(), headers=admin)
+    assert pushed.status_code == 201 and pushed.json()["sandboxed"] is True
+    gate = client.get("/v1/gate", params=promo, headers=admin).json()
+    assert gate["allow"] is True and gate["certificate"] == again.id

@@ -7,6 +7,7 @@ tampered with directly in the database.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ from kcert.registry.db import dispose_engines, make_engine, migrate, read_sessio
 from kcert.registry.decisions import promote
 from kcert.registry.keys import trust_key
 from kcert.registry.models import TargetCreate, TrustedKeyCreate
+from kcert.registry.policy import PromotionInputs, decide_promotion
 from kcert.registry.targets import report_target
-from kcert.registry.testing import gpu_environment, make_certificate
+from kcert.registry.testing import confinement_record, gpu_environment, make_certificate
 
 
 @dataclass
@@ -287,6 +289,10 @@ def cpu_registry(
     kernel = resolve_kernel(spec_dir / "kcert.toml", "saxpy")
     options = CertifyOptions(executor="triton-interpreter", timing=False, minimize=False)
     report = certify(kernel, options)
+    if report.confinement is None:
+        # A certifier from before the confinement record: the registry would refuse its
+        # certificate, and this test is about --rerun, not that policy.
+        report = dataclasses.replace(report, confinement=confinement_record())
     key = Ed25519PrivateKey.generate()
     envelope = sign_report(report, key)
     engine = make_engine(f"sqlite:///{home / 'registry.db'}")
@@ -392,3 +398,54 @@ def test_replay_of_a_damaged_entry_is_a_finding(registry: Registry) -> None:
     result = _run("replay", str(granted), "--json")
     assert result.exit_code == 1
     assert "cannot be replayed" in _json(result)["error"]["detail"]
+
+
+def _append_decision(registry: Registry, kind: str, payload: dict[str, Any]) -> int:
+    with write_session(registry.engine) as s:
+        index = audit.record_event(s, kind, payload)
+        s.commit()
+    return index
+
+
+def _granted_payload(registry: Registry) -> dict[str, Any]:
+    with registry.engine.connect() as conn:
+        leaf = conn.execute(
+            text("SELECT leaf FROM log_entry WHERE leaf_index = :i"), {"i": registry.decisions[0]}
+        ).scalar_one()
+    payload: dict[str, Any] = json.loads(bytes(leaf))["payload"]
+    return payload
+
+
+def test_a_grant_logged_before_the_sandbox_check_still_replays_the_same(
+    registry: Registry,
+) -> None:
+    """A leaf as kcert wrote it under policy kcert-promotion/1: no "sandboxed" anywhere."""
+    payload = _granted_payload(registry)
+    assert payload["inputs"]["candidates"][0]["sandboxed"] is True  # what is written today
+    for candidate in payload["inputs"]["candidates"]:
+        del candidate["sandboxed"]
+    payload["inputs"]["policy_version"] = "kcert-promotion/1"
+    payload["decision"]["policy_version"] = "kcert-promotion/1"
+    index = _append_decision(registry, "promotion.granted", payload)
+    result = _run("replay", str(index), "--json")
+    assert result.exit_code == 0, result.output
+    body = _json(result)
+    assert body["same"] is True and body["replayed"]["allow"] is True
+    assert body["objects"] and all(o["status"] == "same" for o in body["objects"])
+
+
+def test_replay_names_a_recorded_sandbox_the_certificate_does_not_carry(
+    registry: Registry,
+) -> None:
+    payload = _granted_payload(registry)
+    payload["inputs"]["candidates"][0]["sandboxed"] = False
+    # A consistent leaf (the decision follows from its inputs) about the wrong certificate.
+    payload["decision"] = decide_promotion(PromotionInputs.from_json(payload["inputs"])).to_json()
+    index = _append_decision(registry, "promotion.denied", payload)
+    result = _run("replay", str(index), "--json")
+    assert result.exit_code == 1
+    body = _json(result)
+    assert body["differences"] == [] and body["replayed"]["allow"] is False
+    (obj,) = body["objects"]
+    assert obj["status"] == "differs"
+    assert "sandboxed: recorded False, certificate True" in obj["notes"]

@@ -187,6 +187,28 @@ def test_the_flow_through_the_cli(setup: Setup) -> None:
     assert plain.exit_code == 1 and "denied" in plain.stdout
 
 
+def test_an_unsandboxed_certificate_is_stored_with_a_note_then_refused(setup: Setup) -> None:
+    pub = setup.key.public_key().public_bytes_raw().hex()
+    kcert_json("keys", "trust", pub, "--name", "ci")
+    cert, path = setup.cert(sandbox=False)
+    pushed = kcert("push", path)
+    assert pushed.exit_code == 0, pushed.stderr
+    assert "does not record that its kernel ran in the sandbox" in pushed.stderr
+    assert kcert_json("push", path)["sandboxed"] is False
+    kcert_json("target", "report", "prod", "--hw", "H100", "--environment", setup.environment())
+    denied = kcert_json("promote", "--kernel", cert.kernel, "--target", "prod", code=1)
+    assert denied["granted"] is False
+    assert any("was made with --no-sandbox" in r for r in denied["reasons"]), denied["reasons"]
+    gate = kcert_json("gate", "--kernel", cert.kernel, "--target", "prod", code=1)
+    assert any("certify it again without --no-sandbox" in r for r in gate["reasons"])
+
+    sandboxed, path = setup.cert(sandbox=True)
+    pushed = kcert("push", path)
+    assert pushed.exit_code == 0 and "sandbox" not in pushed.stderr
+    kcert_json("promote", "--kernel", sandboxed.kernel, "--target", "prod")
+    assert kcert_json("gate", "--kernel", sandboxed.kernel, "--target", "prod")["allow"] is True
+
+
 def test_revocation_and_keys_through_the_cli(setup: Setup) -> None:
     key_file = setup.tmp / "signer"
     write_keypair(key_file, passphrase=None, private_key=setup.key)

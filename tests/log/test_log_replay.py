@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -9,7 +11,7 @@ import pytest
 
 from kcert.log.leaf import build_leaf, parse_leaf
 from kcert.log.replay import ReplayError, compare_anchors, replay_decision
-from kcert.registry.policy import Candidate, PromotionInputs, decide_promotion
+from kcert.registry.policy import POLICY_VERSION, Candidate, PromotionInputs, decide_promotion
 
 FP = "sha256:" + "f" * 64
 
@@ -23,7 +25,7 @@ def _inputs(**overrides: Any) -> PromotionInputs:
         "trusted_keys": ("k1",),
         "revoked_keys": (),
         "revoked_certificates": (),
-        "candidates": (Candidate("sha256:" + "c" * 64, "k1", "pass", "H100", FP),),
+        "candidates": (Candidate("sha256:" + "c" * 64, "k1", "pass", "H100", FP, True),),
     }
     values.update(overrides)
     return PromotionInputs(**values)
@@ -71,6 +73,81 @@ def test_only_decisions_replay() -> None:
     other_policy["inputs"]["policy_version"] = "kcert-promotion/0"
     with pytest.raises(ReplayError, match="policy"):
         replay_decision(_leaf("promotion.denied", other_policy))
+
+
+#: A grant exactly as kcert wrote it under policy kcert-promotion/1, before certificates
+#: recorded their sandbox: the candidate has no "sandboxed" key.
+RECORDED_UNDER_POLICY_1: dict[str, Any] = {
+    "inputs": {
+        "policy_version": "kcert-promotion/1",
+        "kernel": "sha256:" + "a" * 64,
+        "target": "fleet",
+        "target_hw_class": "H100",
+        "target_fingerprint": FP,
+        "trusted_keys": ["k1"],
+        "trusted_keys_digest": (
+            "sha256:a082cab368a85555a04c7ebe81d2bc0f4d9cbba98c2bede3a62d8fc4661be4e9"
+        ),
+        "revoked_keys": [],
+        "revoked_certificates": [],
+        "candidates": [
+            {
+                "id": "sha256:" + "c" * 64,
+                "keyid": "k1",
+                "verdict": "pass",
+                "hw_class": "H100",
+                "fingerprint": FP,
+            },
+        ],  # fmt: skip
+    },
+    "decision": {
+        "allow": True,
+        "certificate": "sha256:" + "c" * 64,
+        "reasons": [f"certificate sha256:{'c' * 64} is valid for target 'fleet'"],
+        "policy_version": "kcert-promotion/1",
+        "findings": {"sha256:" + "c" * 64: []},
+    },
+}
+
+
+def test_a_leaf_recorded_before_the_sandbox_check_replays_the_same() -> None:
+    replay = replay_decision(_leaf("promotion.granted", json.loads(json.dumps(
+        RECORDED_UNDER_POLICY_1))))  # fmt: skip
+    assert replay.same, replay.differences
+    assert replay.replayed["policy_version"] == "kcert-promotion/1"
+
+
+def test_the_old_policy_is_not_what_decides_new_inputs() -> None:
+    """The same candidate, recorded today, says nothing about its sandbox: denied."""
+    old = PromotionInputs.from_json(RECORDED_UNDER_POLICY_1["inputs"])
+    assert old.candidates[0].sandboxed is None
+    assert old.to_json() == RECORDED_UNDER_POLICY_1["inputs"]
+    today = dataclasses.replace(old, policy_version=POLICY_VERSION)
+    decision = decide_promotion(today)
+    assert not decision.allow
+    assert any("do not record whether the certificate was made in the sandbox" in r
+               for r in decision.reasons)  # fmt: skip
+
+
+def test_a_denial_for_an_unsandboxed_certificate_replays_the_same() -> None:
+    unsandboxed = Candidate("sha256:" + "c" * 64, "k1", "pass", "H100", FP, False)
+    inputs = _inputs(candidates=(unsandboxed,))
+    payload = json.loads(json.dumps(_payload(inputs)))
+    assert payload["inputs"]["candidates"][0]["sandboxed"] is False
+    assert payload["decision"]["allow"] is False
+    assert any("was made with --no-sandbox" in r for r in payload["decision"]["reasons"])
+    replay = replay_decision(_leaf("promotion.denied", payload))
+    assert replay.same, replay.differences
+    # The recorded fact decides: claim the certificate was sandboxed and the replay differs.
+    payload["inputs"]["candidates"][0]["sandboxed"] = True
+    assert not replay_decision(_leaf("promotion.denied", payload)).same
+
+
+def test_a_sandboxed_value_that_is_not_a_boolean_is_malformed() -> None:
+    payload = json.loads(json.dumps(_payload(_inputs())))
+    payload["inputs"]["candidates"][0]["sandboxed"] = "yes"
+    with pytest.raises(ReplayError, match="malformed"):
+        replay_decision(_leaf("promotion.granted", payload))
 
 
 def _probe(pid: str, x: str = "x1", ref: str = "r1", out: str = "o1") -> dict[str, Any]:

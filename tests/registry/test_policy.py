@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 from kcert.registry.errors import PolicyError
 from kcert.registry.policy import (
     CERTIFICATE_VALID,
+    POLICIES,
+    POLICY_VERSION,
     Candidate,
     Context,
     PromotionInputs,
@@ -23,6 +26,7 @@ from kcert.registry.policy import (
     decide_promotion,
     evaluate,
     hardware_matches,
+    records_sandbox,
     verdict_passes,
 )
 
@@ -32,9 +36,9 @@ KERNEL = "sha256:" + "c" * 64
 KEY = "d" * 64
 
 
-def candidate(**overrides: str) -> Candidate:
+def candidate(**overrides: Any) -> Candidate:
     base = Candidate(id="sha256:" + "e" * 64, keyid=KEY, verdict="pass", hw_class="H100",
-                     fingerprint=FP)  # fmt: skip
+                     fingerprint=FP, sandboxed=True)  # fmt: skip
     return dataclasses.replace(base, **overrides)
 
 
@@ -81,6 +85,66 @@ def test_every_reason_is_reported_not_only_the_first() -> None:
     bad = candidate(verdict="fail", hw_class="cpu", fingerprint=OTHER_FP)
     decision = decide_promotion(inputs(bad, trusted_keys=()))
     assert len(decision.findings[bad.id]) == 4
+
+
+NO_SANDBOX = "certificate was made with --no-sandbox (or by a certifier that did not record"
+
+
+def test_a_certificate_made_outside_the_sandbox_is_denied_with_its_reason() -> None:
+    decision = decide_promotion(inputs(candidate(sandboxed=False)))
+    assert not decision.allow and decision.certificate is None
+    (reason,) = decision.reasons
+    assert NO_SANDBOX in reason
+    assert "the kernel's code could reach the certifier" in reason
+    assert "certify it again without --no-sandbox" in reason
+
+
+def test_inputs_that_do_not_record_the_sandbox_are_denied_under_this_policy() -> None:
+    decision = decide_promotion(inputs(candidate(sandboxed=None)))
+    assert not decision.allow
+    assert "do not record whether the certificate was made in the sandbox" in decision.reasons[0]
+
+
+def test_a_sandboxed_certificate_beside_an_unsandboxed_one_carries_the_grant() -> None:
+    unsandboxed = candidate(id="sha256:" + "1" * 64, sandboxed=False)
+    sandboxed = candidate(id="sha256:" + "2" * 64)
+    decision = decide_promotion(inputs(unsandboxed, sandboxed))
+    assert decision.allow and decision.certificate == sandboxed.id
+
+
+def test_inputs_recorded_under_policy_1_are_decided_by_policy_1() -> None:
+    """Before the sandbox check: what it granted, replay grants, under the version it named."""
+    assert POLICY_VERSION != "kcert-promotion/1" and "kcert-promotion/1" in POLICIES
+    old = inputs(candidate(sandboxed=None), policy_version="kcert-promotion/1")
+    decision = decide_promotion(old)
+    assert decision.allow and decision.policy_version == "kcert-promotion/1"
+    gate = decide_gate(old, None)
+    assert not gate.allow and gate.policy_version == "kcert-promotion/1"
+
+
+def test_inputs_without_the_sandbox_fact_round_trip_without_it() -> None:
+    data = inputs(candidate(sandboxed=None), policy_version="kcert-promotion/1").to_json()
+    assert "sandboxed" not in data["candidates"][0]
+    assert PromotionInputs.from_json(data).candidates[0].sandboxed is None
+    assert inputs().to_json()["candidates"][0]["sandboxed"] is True
+
+
+@pytest.mark.parametrize(
+    ("certifier", "expected"),
+    [
+        ({"name": "kcert", "version": "0.1.0"}, False),
+        ({"name": "kcert", "version": "0.1.0", "confinement": {"sandbox": False}}, False),
+        ({"name": "kcert", "version": "0.1.0", "confinement": {"sandbox": True}}, True),
+        ({"confinement": {"sandbox": True, "module_code": True}}, True),
+        ({"confinement": {"sandbox": "true"}}, False),
+        ({"confinement": {"sandbox": 1}}, False),
+        ({"confinement": None}, False),
+        ({"confinement": [True]}, False),
+        (None, False),
+    ],
+)
+def test_only_a_recorded_sandbox_true_counts(certifier: object, expected: bool) -> None:
+    assert records_sandbox({"certifier": certifier}) is expected
 
 
 def test_no_certificate_is_a_denial() -> None:
@@ -149,13 +213,17 @@ def test_the_gate_needs_an_active_promotion_as_well() -> None:
     fp=st.sampled_from([FP, OTHER_FP]),
     trusted=st.booleans(),
     revoked=st.booleans(),
+    sandboxed=st.sampled_from([True, False, None]),
 )
 def test_allow_exactly_when_every_check_holds(
-    verdict: str, hw: str, fp: str, trusted: bool, revoked: bool
+    verdict: str, hw: str, fp: str, trusted: bool, revoked: bool, sandboxed: bool | None
 ) -> None:
-    c = candidate(verdict=verdict, hw_class=hw, fingerprint=fp)
+    c = candidate(verdict=verdict, hw_class=hw, fingerprint=fp, sandboxed=sandboxed)
     i = inputs(c, trusted_keys=(KEY,) if trusted else (),
                revoked_certificates=(c.id,) if revoked else ())  # fmt: skip
-    expected = verdict == "pass" and hw == "H100" and fp == FP and trusted and not revoked
+    expected = (
+        verdict == "pass" and hw == "H100" and fp == FP and trusted and not revoked
+        and sandboxed is True
+    )  # fmt: skip
     assert decide_promotion(i).allow is expected
     assert (not evaluate(i, c, CERTIFICATE_VALID)) is expected

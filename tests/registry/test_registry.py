@@ -13,12 +13,13 @@ from kcert.attest.dsse import Envelope, Signature
 from kcert.attest.keys import generate_private_key, key_id, public_key_hex
 from kcert.digest import Digest
 from kcert.registry.audit import read_entries
+from kcert.registry.certificates import get_certificate
 from kcert.registry.client import EmbeddedRegistry
 from kcert.registry.config import Settings
 from kcert.registry.db import read_session, write_session
 from kcert.registry.errors import CertificateRejected, KeyConflict, NotFound, PromotionDenied
 from kcert.registry.log_models import LogEntry
-from kcert.registry.models import CertificateSubject, TargetCreate, TrustedKeyCreate
+from kcert.registry.models import CertificateSubject, Promotion, TargetCreate, TrustedKeyCreate
 from kcert.registry.policy import PromotionInputs, decide_promotion
 from kcert.registry.testing import gpu_environment, make_certificate
 
@@ -287,3 +288,87 @@ def test_a_signed_certificate_with_oversized_fields_is_refused_not_a_server_erro
     cert = make_certificate(signing_key, hw_class="H" * 100)
     with pytest.raises(CertificateRejected, match="hardware class"):
         registry.push(cert.envelope)
+
+
+NO_SANDBOX = (
+    "certificate was made with --no-sandbox (or by a certifier that did not record its "
+    "sandbox): the kernel's code could reach the certifier; certify it again without "
+    "--no-sandbox"
+)
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "module_code"), [(False, False), (None, False), (False, True)],
+    ids=["no-sandbox", "older-certifier", "no-sandbox-module-code"],
+)  # fmt: skip
+def test_a_certificate_not_made_in_the_sandbox_is_stored_but_never_promoted(
+    registry: EmbeddedRegistry, engine: Engine, signing_key: Ed25519PrivateKey,
+    sandbox: bool | None, module_code: bool,
+) -> None:  # fmt: skip
+    trust(registry, signing_key)
+    cert = make_certificate(signing_key, sandbox=sandbox, module_code=module_code)
+    stored = registry.push(cert.envelope)  # stored: it is evidence of what was certified
+    assert stored.created and stored.sandboxed is False
+    with read_session(engine) as session:
+        assert get_certificate(session=session, certificate=cert.id).sandboxed is False
+    report(registry)
+    kernel = Digest.parse(cert.kernel)
+    with pytest.raises(PromotionDenied) as denied:
+        registry.promote(kernel, "prod")
+    assert list(denied.value.reasons) == [f"{cert.id}: {NO_SANDBOX}"]
+    gate = registry.gate(kernel, "prod")
+    assert not gate.allow and gate.certificate is None
+    assert f"{cert.id}: {NO_SANDBOX}" in gate.reasons
+
+    with read_session(engine) as session:
+        leaves = [json.loads(r.leaf) for r in read_entries(session, 0, 100)]
+    (stored_leaf,) = [leaf for leaf in leaves if leaf["kind"] == "certificate.stored"]
+    assert stored_leaf["payload"]["sandboxed"] is False
+    (denial,) = [leaf for leaf in leaves if leaf["kind"] == "promotion.denied"]
+    assert denial["payload"]["inputs"]["candidates"][0]["sandboxed"] is False
+    replayed = decide_promotion(PromotionInputs.from_json(denial["payload"]["inputs"]))
+    assert replayed.to_json() == denial["payload"]["decision"]
+
+
+@pytest.mark.parametrize("module_code", [False, True], ids=["module-checked", "module-code"])
+def test_a_certificate_made_in_the_sandbox_is_promoted_and_allowed(
+    registry: EmbeddedRegistry, engine: Engine, signing_key: Ed25519PrivateKey,
+    module_code: bool,
+) -> None:  # fmt: skip
+    trust(registry, signing_key)
+    cert = make_certificate(signing_key, sandbox=True, module_code=module_code)
+    assert registry.push(cert.envelope).sandboxed is True
+    report(registry)
+    kernel = Digest.parse(cert.kernel)
+    assert registry.promote(kernel, "prod").certificate == cert.id
+    gate = registry.gate(kernel, "prod")
+    assert gate.allow and gate.certificate == cert.id
+    with read_session(engine) as session:
+        leaves = [json.loads(r.leaf) for r in read_entries(session, 0, 100)]
+    (granted,) = [leaf for leaf in leaves if leaf["kind"] == "promotion.granted"]
+    assert granted["payload"]["inputs"]["candidates"][0]["sandboxed"] is True
+
+
+def test_a_promotion_resting_on_an_old_certificate_is_denied_by_the_gate(
+    registry: EmbeddedRegistry, engine: Engine, signing_key: Ed25519PrivateKey
+) -> None:
+    """A promotion granted before the registry checked the sandbox stays on record, but the
+    gate decides under today's policy: an older certificate no longer lets it run."""
+    trust(registry, signing_key)
+    source = "kernel certified before certificates recorded their sandbox"
+    old = make_certificate(signing_key, source=source, sandbox=None)
+    registry.push(old.envelope)
+    report(registry)
+    with write_session(engine) as session:  # as a registry before this policy granted it
+        session.add(Promotion(kernel=old.kernel, target_name="prod", status="active",
+                              certificate_id=old.id))  # fmt: skip
+        session.commit()
+    gate = registry.gate(Digest.parse(old.kernel), "prod")
+    assert not gate.allow
+    assert gate.reasons == [f"{old.id}: {NO_SANDBOX}"]
+    # Certifying the same kernel again, in the sandbox, is the way back.
+    again = make_certificate(signing_key, source=source, sandbox=True)
+    assert again.kernel == old.kernel and again.id != old.id
+    registry.push(again.envelope)
+    gate = registry.gate(Digest.parse(old.kernel), "prod")
+    assert gate.allow and gate.certificate == again.id
