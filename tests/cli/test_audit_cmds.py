@@ -7,7 +7,6 @@ tampered with directly in the database.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from kcert.registry.keys import trust_key
 from kcert.registry.models import TargetCreate, TrustedKeyCreate
 from kcert.registry.policy import PromotionInputs, decide_promotion
 from kcert.registry.targets import report_target
-from kcert.registry.testing import confinement_record, gpu_environment, make_certificate
+from kcert.registry.testing import gpu_environment, make_certificate
 
 
 @dataclass
@@ -289,10 +288,6 @@ def cpu_registry(
     kernel = resolve_kernel(spec_dir / "kcert.toml", "saxpy")
     options = CertifyOptions(executor="triton-interpreter", timing=False, minimize=False)
     report = certify(kernel, options)
-    if report.confinement is None:
-        # A certifier from before the confinement record: the registry would refuse its
-        # certificate, and this test is about --rerun, not that policy.
-        report = dataclasses.replace(report, confinement=confinement_record())
     key = Ed25519PrivateKey.generate()
     envelope = sign_report(report, key)
     engine = make_engine(f"sqlite:///{home / 'registry.db'}")
