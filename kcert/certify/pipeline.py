@@ -20,8 +20,8 @@ import numpy as np
 
 import kcert
 from kcert.certify.anchors import anchor
-from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job
-from kcert.certify.execution import RunOutcome, RunStatus
+from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
+from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.minimize import Budget, minimize
 from kcert.certify.probes import (
@@ -46,7 +46,7 @@ from kcert.certify.report import (
     TimingReport,
 )  # fmt: skip
 from kcert.certify.spec import KernelSpec, SpecError
-from kcert.certify.tolerance import allowances
+from kcert.certify.tolerance import Allowance, allowances
 from kcert.digest import Digest
 
 #: Checks made on every probe's two launches (the order they are reported in).
@@ -198,16 +198,24 @@ class _Certifier:
                 break
         return outcomes
 
-    def _run_probe(self, probe: Probe) -> _ProbeOutcome:
-        kernel, launch = self.kernel, probe.launch
-        inputs = make_inputs(kernel, probe)
+    def _expected(
+        self, probe: Probe, inputs: Mapping[str, np.ndarray[Any, Any]],
+    ) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Allowance]]:  # fmt: skip
+        """The reference's outputs rounded to each output's dtype, and their tolerances."""
+        launch = probe.launch
         expected = self.reference(inputs, launch, probe=probe.id)
 
         def call(values: Mapping[str, np.ndarray[Any, Any]]) -> Mapping[str, np.ndarray[Any, Any]]:
             return self.reference(values, launch, probe=probe.id)
 
-        bounds = allowances(kernel, call, inputs, expected, probe.dims)
-        rounded = {o.name: _round(expected[o.name], o.dtype) for o in kernel.outputs}
+        bounds = allowances(self.kernel, call, inputs, expected, probe.dims)
+        rounded = {o.name: _round(expected[o.name], o.dtype) for o in self.kernel.outputs}
+        return rounded, dict(bounds)
+
+    def _run_probe(self, probe: Probe) -> _ProbeOutcome:
+        kernel, launch = self.kernel, probe.launch
+        inputs = make_inputs(kernel, probe)
+        rounded, bounds = self._expected(probe, inputs)
         job_a = make_job(kernel, launch, inputs, "A")
         run_a = self.sandbox.run(job_a)
         if not run_a.ok:
@@ -298,8 +306,18 @@ class _Certifier:
             return _skipped_timing("not timed: no probe ran")
         largest = max(ran, key=lambda o: o.probe.elements).probe
         self.say(f"timing on {largest.id}")
-        job = make_job(self.kernel, largest.launch, make_inputs(self.kernel, largest), "A")
-        kernel_time = self.sandbox.time(job, "kernel")
+        inputs = make_inputs(self.kernel, largest)
+        job = make_job(self.kernel, largest.launch, inputs, "A")
+        try:
+            kernel_time = self.sandbox.time(job, "kernel",
+                                            check=self._timed_output_check(largest, inputs, job))
+        except timing.TimedOutputError as exc:
+            wrong = exc.__cause__ if exc.__cause__ is not None else exc
+            check = CheckResult("timing", Status.FAIL, f"the output of the last timed run is "
+                                f"wrong: {wrong}; the timed work was not the kernel's real work",
+                                largest.id)  # fmt: skip
+            return check, TimingReport(timing.METHOD, None, None, None, None,
+                                       skipped_reason=check.message)  # fmt: skip
         if isinstance(kernel_time, RunOutcome):
             check = CheckResult("timing", Status.FAIL, f"timing the kernel failed: "
                                 f"{kernel_time.status}: {kernel_time.message}", largest.id)
@@ -319,6 +337,24 @@ class _Certifier:
         check, report = timing.timing_outcome(kernel_time, baseline, lower_bound_ms=lower_bound,
                                               bytes_moved=moved)  # fmt: skip
         return _with_probe(check, largest.id), report
+
+
+    def _timed_output_check(
+        self, probe: Probe, inputs: Mapping[str, np.ndarray[Any, Any]], job: RunJob,
+    ) -> Callable[[Mapping[str, np.ndarray[Any, Any]]], None]:  # fmt: skip
+        """Raises when the last timed run's output is not the reference's answer."""
+        rounded, bounds = self._expected(probe, inputs)
+
+        def check(got: Mapping[str, np.ndarray[Any, Any]]) -> None:
+            error = timed_output_error(self.kernel, job, got, rounded, bounds)
+            if error is not None:
+                raise _TimedOutputWrong(error)
+
+        return check
+
+
+class _TimedOutputWrong(Exception):
+    """The last timed run's output, checked in the parent, is not the reference's answer."""
 
 
 # ---------------------------------------------------------------------------- helpers
