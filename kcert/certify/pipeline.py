@@ -70,6 +70,8 @@ class CertifyOptions:
     fresh_seed: int | None = None
     minimize: bool = True
     timing: bool = True
+    #: compute-sanitizer tools to run a probe or two under (``sanitizer`` check); none: skipped.
+    sanitize: tuple[str, ...] = ()
 
 
 @dataclass
@@ -122,6 +124,7 @@ class _Certifier:
             checks += [CheckResult(n, Status.SKIP, reason) for n in (
                 "launch", *PROBE_CHECKS, "fresh-probes")]
             timing_check, timing_report = _skipped_timing(reason)
+            checks.append(_sanitizer_skipped(reason) if options.sanitize else _sanitizer_skipped())
         else:
             from kcert.certify.sandbox import Sandbox
 
@@ -135,6 +138,7 @@ class _Certifier:
                 if options.minimize:
                     minimized = self._minimize(fixed, fresh_outcomes, fresh_seed)
                 timing_check, timing_report = self._timing(checks, fixed)
+            checks.append(self._sanitize(executor, build, probe_set.probes))
         checks.append(timing_check)
         order = {name: i for i, name in enumerate(CHECK_NAMES)}
         checks.sort(key=lambda c: order.get(c.name, len(order)))
@@ -286,6 +290,38 @@ class _Certifier:
             shrink("fresh-probes", bad_fresh.probe,
                    lambda o: o.launch is not None or bool(o.findings), kind="fresh")
         return smallest
+
+    # ------------------------------------------------------------------ compute-sanitizer
+
+    def _sanitize(self, executor: str, build: Any, probes: tuple[Probe, ...]) -> CheckResult:
+        """The ``sanitizer`` check: a probe or two again under each compute-sanitizer tool."""
+        from kcert.certify import sanitizer
+        from kcert.certify.sandbox import Sandbox
+
+        tools = self.options.sanitize
+        if not tools:
+            return sanitizer.not_asked()
+        path, reason = sanitizer.availability(executor)
+        if path is None:
+            return sanitizer.skipped(reason or "compute-sanitizer cannot run here")
+        chosen = [probes[i] for i in sanitizer.pick_probes([p.elements for p in probes])]
+        jobs = [make_job(self.kernel, p.launch, make_inputs(self.kernel, p), "A") for p in chosen]
+        deadline_s = self.options.deadline_s * sanitizer.SLOWDOWN
+
+        def run_probes(wrapper: tuple[str, ...]) -> list[str]:
+            failures: list[str] = []
+            with Sandbox(self.kernel, executor, deadline_s=deadline_s, build=build,
+                         wrapper=wrapper) as box:  # fmt: skip
+                for probe, job in zip(chosen, jobs, strict=True):
+                    outcome = box.run(job)
+                    if not outcome.ok:
+                        failures.append(f"{probe.id}: {outcome.status}: {outcome.message[:500]}")
+                        if outcome.status is RunStatus.TIMEOUT:
+                            break
+            return failures
+
+        self.say(f"running {len(chosen)} probe(s) under compute-sanitizer ({', '.join(tools)})")
+        return sanitizer.sanitizer_check(tools, path, run_probes, [p.id for p in chosen])
 
     # ------------------------------------------------------------------ timing
 
@@ -458,6 +494,12 @@ def _worst_metrics(ran: list[_ProbeOutcome]) -> dict[str, Any]:
 def _score(metrics: ErrorMetrics) -> float:
     value = metrics.max_ulp
     return value if math.isfinite(value) else math.inf
+
+
+def _sanitizer_skipped(reason: str | None = None) -> CheckResult:
+    from kcert.certify import sanitizer
+
+    return sanitizer.not_asked() if reason is None else sanitizer.skipped(reason)
 
 
 def _skipped_timing(reason: str) -> tuple[CheckResult, TimingReport]:

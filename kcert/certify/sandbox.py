@@ -85,17 +85,20 @@ class Sandbox:
 
     ``build`` is the :class:`~kcert.certify.build.Build` to run for a CUDA
     kernel; without it the sandbox builds for ``arch`` (default: the device's).
+    ``wrapper`` is put before every worker's command line (compute-sanitizer).
     """
 
     def __init__(
         self, kernel: KernelSpec, executor: str, *, deadline_s: float = 30.0,
         arch: str | None = None, build: Any = None, startup_s: float = DEFAULT_STARTUP_S,
+        wrapper: tuple[str, ...] = (),
     ) -> None:  # fmt: skip
         check_executor(kernel, executor)
         if deadline_s <= 0:
             raise ValueError("deadline_s must be positive")
         self.kernel, self.executor = kernel, executor
         self.deadline_s, self.startup_s = deadline_s, startup_s
+        self.wrapper = tuple(wrapper)
         self.artifact: bytes | None = None
         if executor == "cuda":
             if build is None:
@@ -143,7 +146,7 @@ class Sandbox:
 
     def _spawn(self) -> None:
         """Adopt a worker no kernel has run in (a warm spare when one fits)."""
-        worker = spares.take(self.executor)
+        worker = spares.take(self.executor, self.wrapper)
         self._finalizer.detach()
         if self._log is not None:
             self._log.close()  # the previous worker's: it is reaped, its tail already read

@@ -95,15 +95,19 @@ def late_env(executor: str) -> dict[str, str]:
     return {k: v for k, v in worker_env(executor).items() if late_variable(k)}
 
 
-def launch(key: WorkerKey) -> WorkerProcess:
-    """Start a worker in its own session; it preloads its executor's modules, then waits."""
+def launch(key: WorkerKey, wrapper: tuple[str, ...] = ()) -> WorkerProcess:
+    """Start a worker in its own session; it preloads its executor's modules, then waits.
+
+    ``wrapper`` goes before the worker's command line (a tool that runs the worker as
+    its child, such as compute-sanitizer); the worker then watches that parent.
+    """
     child_reads, parent_writes = os.pipe()
     parent_reads, child_writes = os.pipe()
     log: IO[bytes] = tempfile.TemporaryFile(prefix="kcert-worker-")
     try:
         proc = subprocess.Popen(
-            [key.python, "-m", "kcert.certify.worker", str(child_reads), str(child_writes),
-             key.executor, str(os.getpid())],
+            [*wrapper, key.python, "-m", "kcert.certify.worker", str(child_reads),
+             str(child_writes), key.executor, *(() if wrapper else (str(os.getpid()),))],
             pass_fds=(child_reads, child_writes), stdin=subprocess.DEVNULL, stdout=log,
             stderr=log, env={**dict(key.env), **late_env(key.executor)}, cwd=key.cwd,
             start_new_session=True,
@@ -181,14 +185,17 @@ def _refill(key: WorkerKey) -> None:
         _reap_worker(extra)
 
 
-def take(executor: str) -> WorkerProcess:
+def take(executor: str, wrapper: tuple[str, ...] = ()) -> WorkerProcess:
     """A worker for ``executor`` that no kernel has run in: the spare if it fits, else a new one.
 
     Either way the next spare starts at once, so that it has imported its
     modules by the time the next sandbox wants it (while the taken worker,
-    when it was a spare, has nothing left to import).
+    when it was a spare, has nothing left to import). A worker under a
+    ``wrapper`` is always started afresh: spares run unwrapped.
     """
     key = WorkerKey.now(executor)
+    if wrapper:
+        return launch(key, wrapper)
     worker = _claim(key) or launch(key)
     _refill(key)
     return worker
