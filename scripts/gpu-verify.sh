@@ -52,16 +52,16 @@ numpy.__version__, "torch", torch.__version__, "triton", triton.__version__)'
 # ---- 1. timing, with nothing else on the device
 {
   echo "== bench/timing.py"
-  timeout 240 python3 bench/timing.py || fail "bench/timing.py"
+  timeout 120 python3 bench/timing.py || fail "bench/timing.py"
   echo "== tests/certify/test_timing_gpu.py"
-  timeout 180 python3 -m pytest -q -rs -s -p no:cacheprovider tests/certify/test_timing_gpu.py \
+  timeout 90 python3 -m pytest -q -rs -s -p no:cacheprovider tests/certify/test_timing_gpu.py \
     || fail "test_timing_gpu.py"
 } > "$OUT/timing.log" 2>&1
 cat "$OUT/timing.log"
 kcert keys generate --out "$KCERT_HOME/signing.key" >/dev/null || fail "keys generate"
 
 # ---- 2a. every gpu test
-( timeout 420 python3 -m pytest -q -rs -m gpu --continue-on-collection-errors -p no:cacheprovider \
+( timeout 330 python3 -m pytest -q -rs -m gpu --continue-on-collection-errors -p no:cacheprovider \
     --ignore=tests/certify/test_timing_gpu.py --junitxml="$OUT/junit.xml" \
     > "$OUT/pytest.log" 2>&1; echo "pytest exit $?" >> "$OUT/pytest.log" ) &
 tests=$!
