@@ -15,9 +15,9 @@
 #
 #   OUT=logs bash scripts/gpu-verify.sh [HW_CLASS]      # HW_CLASS defaults to H100
 #
-# $OUT then holds env.txt, timing.log, pytest.log, junit.xml, examples.log and
-# sanitizer.tgz (the tools' raw reports and each run's sanitizer check). The exit
-# status is 0 only when every step met its bar.
+# $OUT then holds env.txt, timing.log, pytest.log, junit.xml, examples.log,
+# sanitizer.log (each run's sanitizer check) and sanitizer.tgz (the tools' raw
+# reports and the certificates). The exit status is 0 only when every step met its bar.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 HW=${1:-H100}
@@ -33,7 +33,9 @@ fi
 work=$(mktemp -d -t kcert-gpu.XXXXXX)
 export KCERT_HOME="$work/home"
 mkdir -p "$KCERT_HOME" "$work/certs" "$work/sanitizer"
-kcert() { python3 -c 'import sys; from kcert.cli import main; sys.argv[0] = "kcert"; main()' "$@"; }
+kcert() {  # one CLI call, never longer than 200 s
+  timeout 200 python3 -c 'import sys; from kcert.cli import main; sys.argv[0] = "kcert"; main()' "$@"
+}
 field() { python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 failures=0
 fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
@@ -129,7 +131,7 @@ for check in statement["predicate"]["checks"]:
 PY
   done
 }
-( sanitize > "$work/sanitizer/sanitizer.log" 2>&1 ) &
+( sanitize > "$OUT/sanitizer.log" 2>&1 ) &
 san=$!
 
 wait "$tests" "$runs" "$san"
