@@ -294,6 +294,8 @@ def _promoted_example(
     kernel = resolve_kernel(spec_dir / "kcert.toml", "saxpy")
     options = CertifyOptions(executor=executor, timing=False, minimize=False)
     report = certify(kernel, options)
+    failed = [f"{c.name}: {c.message}" for c in report.checks if c.status == "fail"]
+    assert not failed, failed
     key = Ed25519PrivateKey.generate()
     envelope = sign_report(report, key)
     engine = make_engine(f"sqlite:///{home / 'registry.db'}")
@@ -307,8 +309,11 @@ def _promoted_example(
             session=s, name="laptops",
             report=TargetCreate(hw_class=report.hw_class, environment=dict(report.environment)),
         )  # fmt: skip
-    with write_session(engine) as s:
-        promote(session=s, kernel=Digest.parse(report.kernel.source_digest), target="laptops")
+    try:
+        with write_session(engine) as s:
+            promote(session=s, kernel=Digest.parse(report.kernel.source_digest), target="laptops")
+    except KcertError as exc:
+        pytest.fail(f"{exc}: {getattr(exc, 'reasons', '')}")
     yield Registry(home, engine, _decision_indices(engine)), spec_dir
     engine.dispose()
     dispose_engines()
