@@ -76,7 +76,7 @@ class Finding:
     headline: str
     #: The report's indented lines under the headline, host backtrace left out.
     detail: tuple[str, ...] = ()
-    #: Hazards racecheck folded into this one report ("[4 hazards]"), else 1.
+    #: Hazards racecheck folded into this one report (the sum of its "[N hazards]"), else 1.
     count: int = 1
 
     def to_json(self) -> dict[str, Any]:
@@ -140,9 +140,9 @@ def _finding(tool: str, headline: str, detail: Sequence[str]) -> Finding:
     kind = next((name for name, pattern in _KINDS if pattern.search(text)), "other")
     lowered = headline.lower()
     warning = lowered.startswith("warning") or kind in ("api-error", "leak")
-    hazards = _COUNT.search(text)
+    hazards = [int(n) for n in _COUNT.findall(text)]
     return Finding(tool, kind, "warning" if warning else "error", headline, tuple(detail),
-                   int(hazards.group(1)) if hazards else 1)  # fmt: skip
+                   sum(hazards) if hazards else 1)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- the check
@@ -279,9 +279,12 @@ def judge(runs: Sequence[_ToolRun], probe_ids: Sequence[str], tool_version: str)
         by_tool: dict[str, list[Finding]] = {}
         for f in errors:
             by_tool.setdefault(f.tool, []).append(f)
-        parts = [f"{tool}: {sum(f.count for f in found)} error(s), first: {found[0].headline}"
-                 + (f" ({found[0].detail[0]})" if found[0].detail else "")
-                 for tool, found in by_tool.items()]  # fmt: skip
+        parts = []
+        for tool, found in by_tool.items():
+            hazards = sum(f.count for f in found)
+            extent = f" over {hazards} hazards" if hazards > len(found) else ""
+            first = found[0].headline + (f" {found[0].detail[0]}" if found[0].detail else "")
+            parts.append(f"{tool}: {len(found)} error(s){extent}; first: {first}")
         return CheckResult("sanitizer", Status.FAIL, "; ".join(parts), probe, details=details)
     if failures or silent:
         why = failures + [f"{t}: compute-sanitizer wrote no report" for t in silent]

@@ -25,25 +25,51 @@ def _report(tool: str, name: str) -> sanitizer.Report:
     return sanitizer.parse_report(tool, (REPORTS / name).read_text())
 
 
-def test_a_racecheck_report_gives_one_race_error_with_its_hazard_count() -> None:
+def test_a_racecheck_report_of_the_missing_barrier_gives_its_races() -> None:
     report = _report("racecheck", "racecheck_row_sum_race.log")
-    assert [f.kind for f in report.findings] == ["race"] * len(report.findings)
-    assert report.errors, report
+    assert {f.kind for f in report.findings} == {"race"}
+    assert [f.severity for f in report.findings].count("error") == 5
+    assert [f.severity for f in report.findings].count("warning") == 1
     first = report.errors[0]
-    assert first.tool == "racecheck" and "row_sum_race" in " ".join((first.headline, *first.detail))
-    assert first.count > 1
-    assert report.summary is not None and "RACECHECK SUMMARY" in report.summary
+    assert first.headline == "Error: Race reported between Write access at row_sum_race+0x950"
+    assert first.detail[0] == "and Read access at row_sum_race+0x910 [512 hazards]"
+    assert first.count == 512 + 256 + 128 + 64 + 16 + 8 + 32
+    assert report.summary == "RACECHECK SUMMARY: 6 hazards displayed (5 errors, 1 warning)"
 
 
-def test_an_initcheck_report_names_the_uninitialised_read() -> None:
-    report = _report("initcheck", "initcheck_uninit.log")
-    assert report.errors and report.errors[0].kind == "uninitialized-read"
+@pytest.mark.parametrize(("tool", "name", "summary"), [
+    ("racecheck", "racecheck_row_sum.log",
+     "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"),
+    ("memcheck", "memcheck_row_sum.log", "ERROR SUMMARY: 0 errors"),
+    ("initcheck", "initcheck_neighbor_sum_uninit_smem.log", "ERROR SUMMARY: 0 errors"),
+])  # fmt: skip
+def test_a_clean_report_has_no_findings(tool: str, name: str, summary: str) -> None:
+    report = _report(tool, name)
+    assert report.findings == () and report.summary == summary
+
+
+def test_memcheck_and_initcheck_findings_are_told_apart() -> None:
+    # hand-written in the layout of the reports above (no adversarial kernel here makes
+    # memcheck or initcheck report): headline, indented details, a host backtrace
+    text = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at add_wild_store+0x90
+=========     by thread (0,0,0) in block (0,0,0)
+=========     Address 0x7f0000000000 is out of bounds
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: [0x2f3a1] in libcuda.so.1
+=========
+========= Uninitialized __global__ memory read of size 4 bytes
+=========     at k+0xa0
+=========     by thread (255,0,0) in block (0,0,0)
+=========
+========= ERROR SUMMARY: 2 errors
+"""
+    report = sanitizer.parse_report("memcheck", text)
+    assert [f.kind for f in report.findings] == ["invalid-access", "uninitialized-read"]
+    assert report.findings[0].detail[-1] == "Address 0x7f0000000000 is out of bounds"
     assert not any("Host Frame" in line for f in report.findings for line in f.detail)
-
-
-def test_a_clean_report_has_no_findings() -> None:
-    report = _report("memcheck", "memcheck_clean.log")
-    assert report.findings == () and report.summary == "ERROR SUMMARY: 0 errors"
+    assert report.summary == "ERROR SUMMARY: 2 errors"
 
 
 def test_lines_that_are_not_the_tools_are_ignored() -> None:
@@ -64,10 +90,11 @@ def test_warnings_are_recorded_and_do_not_fail() -> None:
 
 def test_errors_fail_the_check_and_land_in_its_details() -> None:
     runs = [sanitizer._ToolRun("racecheck", _report("racecheck", "racecheck_row_sum_race.log")),
-            sanitizer._ToolRun("memcheck", _report("memcheck", "memcheck_clean.log"))]
-    check = sanitizer.judge(runs, ["m=1,n=1", "m=3,n=2048"], "2025.3.0")
+            sanitizer._ToolRun("memcheck", _report("memcheck", "memcheck_row_sum.log"))]
+    check = sanitizer.judge(runs, ["m=1,n=1", "m=3,n=2048"], "2025.3.1")
     assert check.status is Status.FAIL and check.required
-    assert check.message.startswith("racecheck: ")
+    assert check.message.startswith("racecheck: 5 error(s) over 4572 hazards; first: Error: "
+                                    "Race reported between Write access at row_sum_race+0x950")
     assert {f["tool"] for f in check.details["findings"]} == {"racecheck"}
     assert check.details["tools"] == ["racecheck", "memcheck"]
 
@@ -139,9 +166,12 @@ def test_racecheck_names_the_shared_memory_race() -> None:
 
 
 @pytest.mark.gpu
-def test_the_uninitialised_shared_read_is_caught() -> None:
+def test_an_uninitialised_shared_read_is_beyond_the_tools() -> None:
+    """initcheck tracks global memory only, and the read is ordered by a barrier, so no
+    tool reports it (compute-sanitizer 2025.3.1); correctness catches it instead. If a
+    later release reports it, this test says so: then the check should fail here."""
     check = _certify("neighbor_sum_uninit_smem", ("memcheck", "racecheck", "initcheck"))
-    assert check.status is Status.FAIL, check.message
+    assert check.status is Status.PASS and check.details["findings"] == [], check.details
 
 
 @pytest.mark.gpu
