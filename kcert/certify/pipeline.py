@@ -374,7 +374,6 @@ class _Certifier:
                                               bytes_moved=moved)  # fmt: skip
         return _with_probe(check, largest.id), report
 
-
     def _timed_output_check(
         self, probe: Probe, inputs: Mapping[str, np.ndarray[Any, Any]], job: RunJob,
     ) -> Callable[[Mapping[str, np.ndarray[Any, Any]]], None]:  # fmt: skip
