@@ -8,7 +8,9 @@ launch in one process. The table shows the ratio of medians (kcert / do_bench)
 and each routine's coefficient of variation. The issue's bar: within 5% of
 do_bench and a cv under 2% for every kernel of 50 µs or more. A last row shows
 a spin hidden on a non-blocking side stream: do_bench sees almost nothing,
-kcert sees its true length. Without a GPU this prints that it needs one and
+kcert sees its true length. Two rows of launches that do no work (an empty
+kernel; a grid whose blocks read one flag and return) show what such a launch
+costs, measured by both. Without a GPU this prints that it needs one and
 exits 0 (a skip). Exit code 1 means the bar was missed.
 """
 
@@ -51,6 +53,8 @@ class Row:
     bench_ms: float
     bench_cv: float
     lower_bound_ms: float | None
+    #: kcert's cv over the timing stream's events alone (no device-wide part)
+    stream_cv: float
 
     @property
     def ratio(self) -> float:
@@ -121,6 +125,27 @@ def _hidden_spin() -> Callable[[], None]:
     return hidden
 
 
+_EARLY_EXIT_SOURCE = r"""
+__device__ unsigned int kcert_bench_launches = 1000;
+extern "C" __global__ void empty() {}
+extern "C" __global__ void flag_then_return(float* out) {
+    if (*(volatile unsigned int*)&kcert_bench_launches > 64) return;
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f;
+}
+"""
+
+
+def _early_exits() -> list[tuple[str, Callable[[], None]]]:
+    """Launches that do no work: what a kernel that skips its work costs to launch."""
+    import cupy
+
+    module = cupy.RawModule(code=_EARLY_EXIT_SOURCE)
+    empty, flagged = module.get_function("empty"), module.get_function("flag_then_return")
+    out = cupy.empty(1 << 23, dtype=cupy.float32)
+    return [("empty kernel, 1 block", lambda: empty((1,), (1,), ())),
+            ("flag read then return, 32768 blocks", lambda: flagged((32768,), (256,), (out,)))]
+
+
 def compare(name: str, launch: Callable[[], None], moved: int | None, *, warmup_ms: float,
             rep_ms: float) -> Row:  # fmt: skip
     from triton.testing import do_bench
@@ -131,8 +156,11 @@ def compare(name: str, launch: Callable[[], None], moved: int | None, *, warmup_
     theirs = [float(t) for t in do_bench(launch, warmup=warmup_ms, rep=rep_ms, return_mode="all")]
     mean = statistics.fmean(theirs)
     bound = None if moved is None else memory_lower_bound_ms(moved, device_peak_bandwidth())
+    stream = ours.stream_ms
+    stream_cv = statistics.stdev(stream) / statistics.fmean(stream) if sum(stream) > 0 else 0.0
     return Row(name, ours.result.median_ms, ours.result.cv, statistics.median(theirs),
-               statistics.stdev(theirs) / mean if mean > 0 else 0.0, bound)  # fmt: skip
+               statistics.stdev(theirs) / mean if mean > 0 else 0.0, bound,
+               stream_cv)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,15 +183,25 @@ def main(argv: list[str] | None = None) -> int:
             for name, launch, moved in example_launches(only)]  # fmt: skip
     hidden = compare("hidden 500 us spin (non-blocking side stream)", _hidden_spin(), None,
                      warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)  # fmt: skip
+    idle = [compare(name, launch, None, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+            for name, launch in _early_exits()]  # fmt: skip
+    import cupy
+
+    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    driver = cupy.cuda.runtime.driverGetVersion()
+    name = name.decode() if isinstance(name, bytes) else name
+    print(f"device: {name}, CUDA driver API {driver // 1000}.{driver % 1000 // 10}")
     header = (f"{'kernel':<44} {'kcert ms':>9} {'do_bench ms':>11} {'ratio':>6} "
-              f"{'kcert cv':>8} {'db cv':>7} {'bound ms':>9}  bar")  # fmt: skip
+              f"{'kcert cv':>8} {'stream cv':>9} {'db cv':>7} {'bound ms':>9}  bar")  # fmt: skip
     print(header)
     print("-" * len(header))
-    for row in [*rows, hidden]:
+    for row in [*rows, hidden, *idle]:
         bound = "-" if row.lower_bound_ms is None else f"{row.lower_bound_ms:.4f}"
-        judged = "n/a" if row is hidden else ("ok" if row.meets_bar() else "MISSED")
+        judged = "ok" if row in rows and row.meets_bar() else "n/a" if row not in rows else (
+            "MISSED")  # fmt: skip
         print(f"{row.name:<44} {row.kcert_ms:>9.4f} {row.bench_ms:>11.4f} {row.ratio:>6.3f} "
-              f"{row.kcert_cv:>8.2%} {row.bench_cv:>7.2%} {bound:>9}  {judged}")  # fmt: skip
+              f"{row.kcert_cv:>8.2%} {row.stream_cv:>9.2%} {row.bench_cv:>7.2%} {bound:>9}  "
+              f"{judged}")  # fmt: skip
     missed = [r.name for r in rows if not r.meets_bar()]
     caught = hidden.kcert_ms >= 0.45
     print(f"hidden work: kcert {hidden.kcert_ms:.3f} ms, do_bench {hidden.bench_ms:.3f} ms "

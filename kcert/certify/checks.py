@@ -208,6 +208,37 @@ def evaluate(ev: ProbeEvidence) -> ProbeResult:
     return result
 
 
+def timed_output_error(kernel: KernelSpec, job: RunJob, got: Mapping[str, np.ndarray[Any, Any]],
+                       reference: Mapping[str, np.ndarray[Any, Any]],
+                       allowances: Mapping[str, Allowance], *, variant: str = "A",
+                       ) -> str | None:  # fmt: skip
+    """What is wrong with the output of the last timed run of ``job`` (made for run ``variant``).
+
+    Before every timed run the ``out`` buffers hold the job's poison again and the
+    ``inout`` buffers their pristine contents, so a launch that skips its work
+    leaves poison (or stale input) behind, never an earlier run's right answer.
+    """
+    by_name = {b.name: b for b in job.buffers}
+    problems: list[str] = []
+    for buf in kernel.outputs:
+        data = _data(by_name[buf.name], got[buf.name])
+        ref = reference[buf.name]
+        unwritten = np.zeros(data.shape, dtype=bool)
+        if buf.intent is Intent.OUT:
+            mark = poison(buf.dtype, variant)
+            # where the right answer happens to be the poison, an unwritten element is right
+            unwritten = _equals(data, mark) & ~_equals(np.asarray(ref, data.dtype), mark)
+            if unwritten.any():
+                problems.append(f"'{buf.name}' has {int(unwritten.sum())} of {unwritten.size} "
+                                f"element(s) never written, first at {_first(unwritten)}")
+        metrics = compare(buf.dtype, data, ref, allowances[buf.name], mask=~unwritten)
+        if metrics.bad_count:
+            index = metrics.first_bad_index or ()
+            problems.append(f"'{buf.name}' has {metrics.bad_count} element(s) outside tolerance, "
+                            f"first at {index} (got {data[index]}, expected {ref[index]})")
+    return "; ".join(problems) or None
+
+
 def compare(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
             allowance: Allowance, *, mask: np.ndarray[Any, Any] | None = None) -> ErrorMetrics:
     """Error metrics of ``got`` against ``ref`` (both in the output dtype) under ``allowance``."""

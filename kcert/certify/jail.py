@@ -236,12 +236,14 @@ def kcert_root() -> Path:
 
 def command(
     argv: Sequence[str], *, workdir: Path, gpu: bool, bwrap: str | None = None,
-    protected: Iterable[Path] = (), info_fd: int | None = None,
+    protected: Iterable[Path] = (), info_fd: int | None = None, share: Path | None = None,
 ) -> list[str]:  # fmt: skip
     """The bwrap command line that runs ``argv`` confined, with ``workdir`` as its /tmp.
 
     With ``info_fd``, bwrap writes its JSON record there (the host pid of the PID
     namespace's init, and the namespaces' ids): :func:`end_sandbox` uses it.
+    ``share`` is one more folder, fresh and the caller's, writable inside at its own
+    path (where a wrapper such as compute-sanitizer writes its report).
     """
     bwrap = bwrap or find_bwrap()
     if bwrap is None:
@@ -265,9 +267,11 @@ def command(
         for device in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", device, device]
         args += ["--ro-bind-try", "/sys", "/sys"]
+    args += ["--bind", str(workdir), INSIDE_TMP]
+    if share is not None:  # after /tmp: a share below /tmp must not be hidden by it
+        args += ["--bind", str(share), str(share)]
     # the sandbox's own root (where bwrap made /etc, /root, ... as mount points) read-only too
-    args += ["--bind", str(workdir), INSIDE_TMP, "--remount-ro", "/", "--chdir", INSIDE_TMP,
-             "--", *argv]  # fmt: skip
+    args += ["--remount-ro", "/", "--chdir", INSIDE_TMP, "--", *argv]
     return args
 
 

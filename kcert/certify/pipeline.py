@@ -14,6 +14,7 @@ import datetime
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,8 @@ import numpy as np
 import kcert
 from kcert.certify import jail, spares
 from kcert.certify.anchors import anchor
-from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job
-from kcert.certify.execution import RunOutcome, RunStatus
+from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
+from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.minimize import Budget, minimize
 from kcert.certify.probes import (
@@ -47,7 +48,7 @@ from kcert.certify.report import (
     TimingReport,
 )  # fmt: skip
 from kcert.certify.spec import KernelSpec, SpecError
-from kcert.certify.tolerance import allowances
+from kcert.certify.tolerance import Allowance, allowances
 
 #: Checks made on every probe's two launches (the order they are reported in).
 PROBE_CHECKS: tuple[str, ...] = (
@@ -74,6 +75,8 @@ class CertifyOptions:
     sandbox: bool = True
     #: Let a Triton module run module-level code (inside the sandbox); recorded.
     allow_module_code: bool = False
+    #: compute-sanitizer tools to run a probe or two under (``sanitizer`` check); none: skipped.
+    sanitize: tuple[str, ...] = ()
 
 
 @dataclass
@@ -128,6 +131,7 @@ class _Certifier:
             checks += [CheckResult(n, Status.SKIP, reason) for n in (
                 "launch", *PROBE_CHECKS, "fresh-probes")]
             timing_check, timing_report = _skipped_timing(reason)
+            checks.append(_sanitizer_skipped(reason) if options.sanitize else _sanitizer_skipped())
         else:
             from kcert.certify.sandbox import Sandbox
 
@@ -141,6 +145,7 @@ class _Certifier:
                 if options.minimize:
                     minimized = self._minimize(fixed, fresh_outcomes, fresh_seed)
                 timing_check, timing_report = self._timing(checks, fixed)
+            checks.append(self._sanitize(executor, build, probe_set.probes))
         checks.append(timing_check)
         order = {name: i for i, name in enumerate(CHECK_NAMES)}
         checks.sort(key=lambda c: order.get(c.name, len(order)))
@@ -206,16 +211,24 @@ class _Certifier:
                 break
         return outcomes
 
-    def _run_probe(self, probe: Probe) -> _ProbeOutcome:
-        kernel, launch = self.kernel, probe.launch
-        inputs = make_inputs(kernel, probe)
+    def _expected(
+        self, probe: Probe, inputs: Mapping[str, np.ndarray[Any, Any]],
+    ) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Allowance]]:  # fmt: skip
+        """The reference's outputs rounded to each output's dtype, and their tolerances."""
+        launch = probe.launch
         expected = self.reference(inputs, launch, probe=probe.id)
 
         def call(values: Mapping[str, np.ndarray[Any, Any]]) -> Mapping[str, np.ndarray[Any, Any]]:
             return self.reference(values, launch, probe=probe.id)
 
-        bounds = allowances(kernel, call, inputs, expected, probe.dims)
-        rounded = {o.name: _round(expected[o.name], o.dtype) for o in kernel.outputs}
+        bounds = allowances(self.kernel, call, inputs, expected, probe.dims)
+        rounded = {o.name: _round(expected[o.name], o.dtype) for o in self.kernel.outputs}
+        return rounded, dict(bounds)
+
+    def _run_probe(self, probe: Probe) -> _ProbeOutcome:
+        kernel, launch = self.kernel, probe.launch
+        inputs = make_inputs(kernel, probe)
+        rounded, bounds = self._expected(probe, inputs)
         job_a = make_job(kernel, launch, inputs, "A")
         run_a = self.sandbox.run(job_a)
         if not run_a.ok:
@@ -287,6 +300,38 @@ class _Certifier:
                    lambda o: o.launch is not None or bool(o.findings), kind="fresh")
         return smallest
 
+    # ------------------------------------------------------------------ compute-sanitizer
+
+    def _sanitize(self, executor: str, build: Any, probes: tuple[Probe, ...]) -> CheckResult:
+        """The ``sanitizer`` check: a probe or two again under each compute-sanitizer tool."""
+        from kcert.certify import sanitizer
+        from kcert.certify.sandbox import Sandbox
+
+        tools = self.options.sanitize
+        if not tools:
+            return sanitizer.not_asked()
+        path, reason = sanitizer.availability(executor)
+        if path is None:
+            return sanitizer.skipped(reason or "compute-sanitizer cannot run here")
+        chosen = [probes[i] for i in sanitizer.pick_probes([p.elements for p in probes])]
+        jobs = [make_job(self.kernel, p.launch, make_inputs(self.kernel, p), "A") for p in chosen]
+        deadline_s = self.options.deadline_s * sanitizer.SLOWDOWN
+
+        def run_probes(wrapper: tuple[str, ...], share: Path) -> list[str]:
+            failures: list[str] = []
+            with Sandbox(self.kernel, executor, deadline_s=deadline_s, build=build,
+                         wrapper=wrapper, share=share, sandbox=self.options.sandbox) as box:
+                for probe, job in zip(chosen, jobs, strict=True):
+                    outcome = box.run(job)
+                    if not outcome.ok:
+                        failures.append(f"{probe.id}: {outcome.status}: {outcome.message[:500]}")
+                        if outcome.status is RunStatus.TIMEOUT:
+                            break
+            return failures
+
+        self.say(f"running {len(chosen)} probe(s) under compute-sanitizer ({', '.join(tools)})")
+        return sanitizer.sanitizer_check(tools, path, run_probes, [p.id for p in chosen])
+
     # ------------------------------------------------------------------ timing
 
     def _timing(self, checks: list[CheckResult],
@@ -306,8 +351,18 @@ class _Certifier:
             return _skipped_timing("not timed: no probe ran")
         largest = max(ran, key=lambda o: o.probe.elements).probe
         self.say(f"timing on {largest.id}")
-        job = make_job(self.kernel, largest.launch, make_inputs(self.kernel, largest), "A")
-        kernel_time = self.sandbox.time(job, "kernel")
+        inputs = make_inputs(self.kernel, largest)
+        job = make_job(self.kernel, largest.launch, inputs, "A")
+        try:
+            kernel_time = self.sandbox.time(job, "kernel",
+                                            check=self._timed_output_check(largest, inputs, job))
+        except timing.TimedOutputError as exc:
+            wrong = exc.__cause__ if exc.__cause__ is not None else exc
+            check = CheckResult("timing", Status.FAIL, f"the output of the last timed run is "
+                                f"wrong: {wrong}; the timed work was not the kernel's real work",
+                                largest.id)  # fmt: skip
+            return check, TimingReport(timing.METHOD, None, None, None, None,
+                                       skipped_reason=check.message)  # fmt: skip
         if isinstance(kernel_time, RunOutcome):
             check = CheckResult("timing", Status.FAIL, f"timing the kernel failed: "
                                 f"{kernel_time.status}: {kernel_time.message}", largest.id)
@@ -332,6 +387,23 @@ class _Certifier:
         check, report = timing.timing_outcome(kernel_time, baseline, lower_bound_ms=lower_bound,
                                               bytes_moved=moved)  # fmt: skip
         return _with_probe(check, largest.id), report
+
+    def _timed_output_check(
+        self, probe: Probe, inputs: Mapping[str, np.ndarray[Any, Any]], job: RunJob,
+    ) -> Callable[[Mapping[str, np.ndarray[Any, Any]]], None]:  # fmt: skip
+        """Raises when the last timed run's output is not the reference's answer."""
+        rounded, bounds = self._expected(probe, inputs)
+
+        def check(got: Mapping[str, np.ndarray[Any, Any]]) -> None:
+            error = timed_output_error(self.kernel, job, got, rounded, bounds)
+            if error is not None:
+                raise _TimedOutputWrong(error)
+
+        return check
+
+
+class _TimedOutputWrong(Exception):
+    """The last timed run's output, checked in the parent, is not the reference's answer."""
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -435,6 +507,12 @@ def _worst_metrics(ran: list[_ProbeOutcome]) -> dict[str, Any]:
 def _score(metrics: ErrorMetrics) -> float:
     value = metrics.max_ulp
     return value if math.isfinite(value) else math.inf
+
+
+def _sanitizer_skipped(reason: str | None = None) -> CheckResult:
+    from kcert.certify import sanitizer
+
+    return sanitizer.not_asked() if reason is None else sanitizer.skipped(reason)
 
 
 def _skipped_timing(reason: str) -> tuple[CheckResult, TimingReport]:

@@ -18,7 +18,7 @@ PREDICATE_TYPE = "https://kcert.dev/kernel-certificate/v1"
 #: Every check of DESIGN.md, in the order they are reported.
 CHECK_NAMES: tuple[str, ...] = (
     "build", "artifact", "launch", "correctness", "coverage", "bounds", "input-integrity",
-    "determinism", "special-values", "fresh-probes", "timing",
+    "determinism", "special-values", "fresh-probes", "timing", "sanitizer",
 )  # fmt: skip
 
 

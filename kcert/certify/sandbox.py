@@ -44,6 +44,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
 
@@ -90,12 +91,14 @@ class Sandbox:
 
     ``build`` is the :class:`~kcert.certify.build.Build` to run for a CUDA
     kernel; without it the sandbox builds for ``arch`` (default: the device's).
+    ``wrapper`` is put before every worker's command line (compute-sanitizer).
     """
 
     def __init__(
         self, kernel: KernelSpec, executor: str, *, deadline_s: float = 30.0,
         arch: str | None = None, build: Any = None, startup_s: float = DEFAULT_STARTUP_S,
         sandbox: bool = True, mode: Literal["kernel", "baseline"] = "kernel",
+        wrapper: tuple[str, ...] = (), share: Path | None = None,
     ) -> None:  # fmt: skip
         check_executor(kernel, executor)
         if deadline_s <= 0:
@@ -103,6 +106,7 @@ class Sandbox:
         self.kernel, self.executor = kernel, executor
         self.deadline_s, self.startup_s = deadline_s, startup_s
         self.sandbox, self.mode = sandbox, mode
+        self.wrapper, self.share = tuple(wrapper), share
         self.artifact: bytes | None = None
         if executor == "cuda" and mode == "kernel":
             if build is None:
@@ -151,7 +155,8 @@ class Sandbox:
 
     def _spawn(self) -> None:
         """Adopt a worker no kernel has run in (a warm spare when one fits)."""
-        worker = spares.take(self.executor, sandbox=self.sandbox)
+        worker = spares.take(self.executor, sandbox=self.sandbox, wrapper=self.wrapper,
+                             share=self.share)  # fmt: skip
         self._finalizer.detach()
         if self._log is not None:
             self._log.close()  # the previous worker's: it is reaped, its tail already read
@@ -350,7 +355,8 @@ class Sandbox:
 
         The worker makes device buffers from the job once, then calls
         :func:`kcert.certify.timing.time_callable` with a launch callable; before
-        every timed run the ``inout`` buffers get their pristine contents back.
+        every timed run the ``out`` buffers get the job's poison back and the ``inout``
+        buffers their pristine contents.
         ``check``, when given, gets the padded buffers as the last timed run
         left them (here, in the parent); if it raises, the timed work was not the
         real work and :class:`~kcert.certify.timing.TimedOutputError` is raised.

@@ -87,8 +87,15 @@ class WorkerProcess:
     info: int | None = None
 
 
-def launch(key: WorkerKey) -> WorkerProcess:
-    """Start a worker, sandboxed unless the key says not; it preloads its modules, then waits."""
+def launch(
+    key: WorkerKey, wrapper: tuple[str, ...] = (), share: Path | None = None
+) -> WorkerProcess:  # fmt: skip
+    """Start a worker, sandboxed unless the key says not; it preloads its modules, then waits.
+
+    ``wrapper`` goes before the worker's command line, inside the sandbox (a tool
+    that runs the worker as its child, such as compute-sanitizer); ``share`` is a
+    folder of the caller's that the sandbox may write (where that tool reports).
+    """
     child_reads, parent_writes = os.pipe()
     parent_reads, child_writes = os.pipe()
     life_child, life_parent = os.pipe()
@@ -98,11 +105,11 @@ def launch(key: WorkerKey) -> WorkerProcess:
     cgroup: jail.ChildCgroup | None = None
     gpu = key.executor in GPU_KINDS
     limits = jail.Limits.for_child(gpu=gpu)
-    argv = [key.python, "-m", "kcert.certify.worker", str(child_reads), str(child_writes),
-            str(life_child), key.executor, jail.encode_limits(limits)]  # fmt: skip
+    argv = [*wrapper, key.python, "-m", "kcert.certify.worker", str(child_reads),
+            str(child_writes), str(life_child), key.executor, jail.encode_limits(limits)]
     try:
         if key.sandbox:
-            argv = jail.command(argv, workdir=workdir, gpu=gpu, info_fd=info_write)
+            argv = jail.command(argv, workdir=workdir, gpu=gpu, info_fd=info_write, share=share)
             env = worker_env(key.executor)
             cgroup = jail.ChildCgroup.make(limits)
             if cgroup is not None:
@@ -218,14 +225,20 @@ def _refill(key: WorkerKey) -> None:
         _reap_worker(extra)
 
 
-def take(executor: str, *, sandbox: bool = True) -> WorkerProcess:
+def take(
+    executor: str, *, sandbox: bool = True, wrapper: tuple[str, ...] = (),
+    share: Path | None = None,
+) -> WorkerProcess:  # fmt: skip
     """A worker for ``executor`` that no kernel has run in: the spare if it fits, else a new one.
 
     Either way the next spare starts at once, so that it has imported its
     modules by the time the next sandbox wants it (while the taken worker,
-    when it was a spare, has nothing left to import).
+    when it was a spare, has nothing left to import). A worker under a
+    ``wrapper`` is always started afresh: spares run unwrapped.
     """
     key = WorkerKey.now(executor, sandbox=sandbox)
+    if wrapper:
+        return launch(key, wrapper, share)
     worker = _claim(key) or launch(key)
     _refill(key)
     return worker

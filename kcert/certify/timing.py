@@ -34,13 +34,18 @@ Each timed run, following ``triton.testing.do_bench`` where it can:
    whose events wait for every *blocking* stream; then a device-wide
    synchronize and a ``done`` event. ``done - start`` bounds the time until
    the whole device was idle, so work hidden on a *non-blocking* stream is
-   counted too: each sample is ``max(end - start, done - start - tail)``,
-   where ``tail`` is the host's wake-up latency, calibrated with empty runs.
+   counted too: each sample is ``end - start``, or ``done - start - tail``
+   where that is longer by more than the tail's noise (``tail``: the host's
+   wake-up latency, calibrated with empty runs; see :func:`device_wide_samples`).
+
+The garbage collector is off while a measurement runs: a pause between the
+gate and the launch would land in a sample.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import math
 import statistics
 import time
@@ -69,7 +74,7 @@ MIN_RUNS = 10
 MAX_RUNS = 5000
 _MIN_FLUSH_BYTES = 256 << 20
 _ESTIMATE_RUNS = 5
-_CALIBRATION_RUNS = 25
+_CALIBRATION_RUNS = 50
 _GATE_MIN_NS, _GATE_MAX_NS = 20_000, 2_000_000
 #: cudaLimitPersistingL2CacheSize (cuda_runtime_api.h); CuPy has no name for it.
 _LIMIT_PERSISTING_L2 = 0x06
@@ -151,16 +156,23 @@ def summarize(samples_ms: Sequence[float]) -> TimingResult:
 
 
 def device_wide_samples(
-    stream_ms: Sequence[float], span_ms: Sequence[float], tail_ms: float,
+    stream_ms: Sequence[float], span_ms: Sequence[float], tail_ms: float, noise_ms: float = 0.0,
 ) -> list[float]:  # fmt: skip
     """Per run: the stream's time, or the time until the device was idle if that is longer.
 
     ``span_ms`` runs from the start event to the ``done`` event recorded after a
-    device-wide synchronize; ``tail_ms`` is what that adds when nothing is hidden.
+    device-wide synchronize; ``tail_ms`` is what that typically adds when nothing
+    is hidden, and ``noise_ms`` how much more it adds now and then (the host's
+    wake-up jitter). Only a span longer than the stream's time by more than that
+    noise counts as hidden work: jitter must not pass for work, or it would add
+    its own spread to an honest kernel's samples.
     """
     if len(stream_ms) != len(span_ms):
         raise ValueError("one span per stream time is needed")
-    return [max(s, d - tail_ms) for s, d in zip(stream_ms, span_ms, strict=True)]
+    if noise_ms < 0:
+        raise ValueError(f"noise cannot be negative: {noise_ms}")
+    return [d - tail_ms if d - tail_ms > s + noise_ms else s
+            for s, d in zip(stream_ms, span_ms, strict=True)]  # fmt: skip
 
 
 def flush_bytes(l2_bytes: int) -> int:
@@ -261,7 +273,10 @@ class Measurement:
     #: Median time the device stayed busy after the stream's end event, beyond the
     #: calibrated tail: work hidden on a non-blocking stream. About 0 when none is.
     hidden_ms: float
+    #: The host's typical wake-up after the device-wide synchronize (median of empty
+    #: runs), and how much longer it is now and then (95th percentile minus median).
     tail_ms: float
+    tail_noise_ms: float
     warmup_runs: int
     flush_bytes: int
     gate_ns: int
@@ -300,6 +315,21 @@ def measure_detailed(
 ) -> Measurement:  # fmt: skip
     """:func:`measure`, returning the samples and the calibration beside the result."""
     bench = _Bench(synchronize)
+    # a collection pause between the gate and the launch would be timed (timeit does the same)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _measure(bench, launch, refresh, check, warmup_ms, rep_ms, min_runs, max_runs)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _measure(
+    bench: _Bench, launch: Callable[[], None], refresh: Callable[[], None] | None,
+    check: Callable[[], None] | None, warmup_ms: float, rep_ms: float, min_runs: int,
+    max_runs: int,
+) -> Measurement:  # fmt: skip
     with bench.stream:
         launch()  # first call: compiles, loads modules, allocates
         bench.sync()
@@ -309,8 +339,9 @@ def measure_detailed(
             host_ms.append(bench.run(launch, refresh, None))
         estimate_ms = (time.perf_counter() - started) * 1e3 / _ESTIMATE_RUNS
         bench.gate_ns = gate_ns(statistics.median(host_ms))
-        tails = bench.calibrate(_CALIBRATION_RUNS)
-        tail_ms = percentile(sorted(tails), 90.0)
+        tails = sorted(bench.calibrate(_CALIBRATION_RUNS))
+        tail_ms = percentile(tails, 50.0)
+        noise_ms = percentile(tails, 95.0) - tail_ms
         n_warmup, n_repeat = run_counts(estimate_ms, warmup_ms=warmup_ms, rep_ms=rep_ms,
                                         min_runs=min_runs, max_runs=max_runs)  # fmt: skip
         for _ in range(n_warmup):
@@ -326,11 +357,12 @@ def measure_detailed(
                 raise TimedOutputError(f"{type(exc).__name__}: {exc}") from exc
         stream = [bench.elapsed(m[0], m[1]) for m in marks]
         span = [bench.elapsed(m[0], m[2]) for m in marks]
-    samples = device_wide_samples(stream, span, tail_ms)
+    samples = device_wide_samples(stream, span, tail_ms, noise_ms)
     hidden = statistics.median(max(0.0, d - tail_ms - s) for s, d in zip(stream, span, strict=True))
     return Measurement(
         result=summarize(samples), samples_ms=tuple(samples), stream_ms=tuple(stream),
-        hidden_ms=hidden, tail_ms=tail_ms, warmup_runs=n_warmup, flush_bytes=bench.flush_size,
+        hidden_ms=hidden, tail_ms=tail_ms, tail_noise_ms=noise_ms, warmup_runs=n_warmup,
+        flush_bytes=bench.flush_size,
         gate_ns=bench.gate_ns, persisting_l2_resets=bench.resets,
     )  # fmt: skip
 

@@ -12,6 +12,7 @@ from rich.table import Table
 from kcert.certify.execution import EXECUTORS
 from kcert.certify.pipeline import DEFAULT_DEADLINE_S, CertifyOptions, certify
 from kcert.certify.report import CertificationReport, Status, Verdict
+from kcert.certify.sanitizer import parse_tools
 from kcert.certify.spares import discard_spares
 from kcert.certify.spec import resolve_kernel
 from kcert.cli.app import EXIT_FAIL, EXIT_OK
@@ -39,6 +40,11 @@ def certify_command(
     deadline: Annotated[float, typer.Option(
         "--deadline", min=0.1, help="Seconds one launch may take before it counts as a hang.",
     )] = DEFAULT_DEADLINE_S,
+    sanitize: Annotated[str | None, typer.Option(
+        "--sanitize", metavar="TOOLS",
+        help="Also run a probe or two under compute-sanitizer tools (CUDA C on a GPU), e.g. "
+             "memcheck,racecheck,initcheck; their findings go into the certificate.",
+    )] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     no_sandbox: Annotated[bool, typer.Option(
         "--no-sandbox", help="Run kernel code without the sandbox: trusted code only "
@@ -55,8 +61,10 @@ def certify_command(
     spec = resolve_kernel(path, kernel)
     if key is not None and not key.is_file():
         raise UsageError(f"--key {key}: no such file")
+    tools = parse_tools(sanitize) if sanitize is not None else ()
     options = CertifyOptions(executor=executor, hw=hw, max_probes=max_probes, deadline_s=deadline,
-                             sandbox=not no_sandbox, allow_module_code=allow_module_code)
+                             sandbox=not no_sandbox, allow_module_code=allow_module_code,
+                             sanitize=tools)  # fmt: skip
     with err_console.status(f"certifying {spec.name}", spinner="dots") as status:
         report = certify(spec, options, progress=lambda text: status.update(
             f"certifying {escape(spec.name)}: {escape(text)}"))  # fmt: skip

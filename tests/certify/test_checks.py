@@ -15,6 +15,7 @@ from kcert.certify.checks import (
     guard_elements,
     make_job,
     poison,
+    timed_output_error,
     ulp,
 )  # fmt: skip
 from kcert.certify.execution import RunJob
@@ -174,3 +175,33 @@ def test_ulp_and_overflow_rounding() -> None:
     assert compare("f16", got, big.astype(np.float16), allowance).bad_count == 0
     far = Allowance(np.array([1.0]), 0.0, 0.0, "spec")
     assert compare("f16", got, np.array([1000.0], dtype=np.float16), far).bad_count == 1
+
+
+def _timed(runs: Launches, out: dict[str, np.ndarray[Any, Any]]) -> str | None:
+    allowed = {name: Allowance(np.full(N, 1e-6), 1e-6, 0.0, "spec") for name in runs.expected}
+    return timed_output_error(runs.kernel, runs.job_a, out, runs.expected, allowed)
+
+
+def test_the_last_timed_run_passes_when_it_did_the_work(kernel: KernelSpec) -> None:
+    runs = Launches(kernel)
+    assert _timed(runs, runs.out_a) is None
+
+
+def test_a_timed_run_that_skipped_its_work_is_caught(kernel: KernelSpec) -> None:
+    # what a kernel that returns at once leaves: the poison the outputs got before the run,
+    # and the inout buffer as it was refreshed
+    runs = Launches(kernel)
+    skipped = {b.name: b.padded.copy() for b in runs.job_a.buffers}
+    error = _timed(runs, skipped)
+    assert error is not None
+    assert f"'y' has {N} of {N} element(s) never written" in error
+    assert "'z' has" in error and "outside tolerance" in error
+
+
+def test_a_timed_run_with_a_wrong_answer_is_caught(kernel: KernelSpec) -> None:
+    runs = Launches(kernel)
+    wrong = {k: v.copy() for k, v in runs.out_a.items()}
+    guard = next(b.guard for b in runs.job_a.buffers if b.name == "y")
+    wrong["y"][guard + 7] += 1.0
+    error = _timed(runs, wrong)
+    assert error is not None and "'y' has 1 element(s) outside tolerance, first at (7,)" in error

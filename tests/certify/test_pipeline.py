@@ -149,7 +149,9 @@ def test_a_correct_kernel_passes_with_a_full_report(kernels: dict[str, KernelSpe
     assert report.verdict is Verdict.PASS
     assert [c.name for c in report.checks] == list(CHECK_NAMES)
     assert status(report)["timing"] is Status.SKIP
-    assert all(s is Status.PASS for n, s in status(report).items() if n != "timing")
+    assert status(report)["sanitizer"] is Status.SKIP  # not asked for
+    assert all(s is Status.PASS for n, s in status(report).items()
+               if n not in ("timing", "sanitizer"))  # fmt: skip
     assert report.hw_class == "cpu" and report.executor == "triton-interpreter"
     assert report.fresh_seed == 7
     kinds = [p.kind for p in report.probes]

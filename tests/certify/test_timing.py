@@ -76,6 +76,28 @@ def test_device_wide_samples_take_the_longer_of_stream_and_device() -> None:
     assert samples == pytest.approx([1.0, 2.98, 0.1])
 
 
+def test_host_jitter_within_the_tail_noise_is_not_taken_for_hidden_work() -> None:
+    # a wake-up 0.01 ms slower than typical, with 0.02 ms of known noise: still the stream's time
+    samples = timing.device_wide_samples([1.0, 1.0], [1.03, 1.5], 0.02, noise_ms=0.02)
+    assert samples == pytest.approx([1.0, 1.48])
+    with pytest.raises(ValueError):
+        timing.device_wide_samples([1.0], [1.0], 0.0, noise_ms=-1.0)
+
+
+def test_the_collector_is_off_while_measuring_and_back_on_after(sim: _SimGpu) -> None:
+    import gc
+
+    seen: list[bool] = []
+
+    def launch() -> None:
+        seen.append(gc.isenabled())
+        sim.enqueue(0.5, "kernel")
+
+    assert gc.isenabled()
+    _measure(launch)
+    assert gc.isenabled() and not any(seen)
+
+
 def test_flush_is_twice_the_l2_and_never_below_256_mib() -> None:
     assert timing.flush_bytes(50 << 20) == 256 << 20
     assert timing.flush_bytes(200 << 20) == 400 << 20

@@ -149,3 +149,48 @@ def test_the_environment_is_read_and_matches_its_own_hardware_class() -> None:
         assert environment.check_hw_class(env.hw_class, env.device) == env.hw_class
     with pytest.raises(environment.HardwareMismatch):
         environment.check_hw_class("cpu", env.device)
+
+
+_EARLY_EXIT_SOURCE = r"""
+__device__ unsigned int kcert_test_launches = 1000;
+
+extern "C" __global__ void empty() {}
+
+// what add_after_warmup_skips does once it skips: every thread reads one global flag
+// and returns
+extern "C" __global__ void flag_then_return(float* out) {
+    if (*(volatile unsigned int*)&kcert_test_launches > 64) return;
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f;
+}
+"""
+
+
+def _early_exit_kernels() -> tuple[Any, Any, Any]:
+    import cupy
+
+    module = cupy.RawModule(code=_EARLY_EXIT_SOURCE)
+    out = cupy.empty(1 << 23, dtype=cupy.float32)
+    return module.get_function("empty"), module.get_function("flag_then_return"), out
+
+
+def test_an_empty_launch_is_timed_at_its_launch_cost() -> None:
+    """Nothing but the kernel lies between the events: no flush, no refresh, no host wait."""
+    empty, _, _ = _early_exit_kernels()
+    measured = timing.measure_detailed(lambda: empty((1,), (1,), ()), rep_ms=20)
+    assert measured.result.median_ms < 0.010, measured
+
+
+def test_a_launch_that_returns_at_once_costs_what_do_bench_says() -> None:
+    """A grid of 32768 blocks that each read one flag and return is not free: both
+    routines see the same cost, so a median far above an empty launch is the kernel's."""
+    do_bench = pytest.importorskip("triton.testing").do_bench
+    _, flagged, out = _early_exit_kernels()
+
+    def launch() -> None:
+        flagged((out.size // 256,), (256,), (out,))
+
+    ours = timing.measure(launch, rep_ms=50)
+    theirs = float(do_bench(launch, warmup=10, rep=50, return_mode="median"))
+    print(f"flag-then-return over 32768 blocks: kcert {ours.median_ms:.4f} ms, "  # noqa: T201
+          f"do_bench {theirs:.4f} ms")
+    assert abs(ours.median_ms / theirs - 1.0) < 0.15 or abs(ours.median_ms - theirs) < 0.004

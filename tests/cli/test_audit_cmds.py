@@ -273,6 +273,13 @@ def cpu_registry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Registry, Path]]:
     """An embedded registry holding a real CPU certificate of the saxpy example, promoted."""
+    yield from _promoted_example(tmp_path, monkeypatch, EXAMPLES, "triton-interpreter")
+
+
+def _promoted_example(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, examples: Path, executor: str,
+) -> Iterator[tuple[Registry, Path]]:  # fmt: skip
+    """A registry holding a real certificate of ``examples``' saxpy, promoted to its target."""
     import shutil
 
     from kcert.attest.certificate import sign_report
@@ -284,10 +291,12 @@ def cpu_registry(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("KCERT_HOME", str(home))
     spec_dir = tmp_path / "kernels"
-    shutil.copytree(EXAMPLES, spec_dir)
+    shutil.copytree(examples, spec_dir)
     kernel = resolve_kernel(spec_dir / "kcert.toml", "saxpy")
-    options = CertifyOptions(executor="triton-interpreter", timing=False, minimize=False)
+    options = CertifyOptions(executor=executor, timing=False, minimize=False)
     report = certify(kernel, options)
+    failed = [f"{c.name}: {c.message}" for c in report.checks if c.status == "fail"]
+    assert not failed, failed
     key = Ed25519PrivateKey.generate()
     envelope = sign_report(report, key)
     engine = make_engine(f"sqlite:///{home / 'registry.db'}")
@@ -299,10 +308,13 @@ def cpu_registry(
     with write_session(engine) as s:
         report_target(
             session=s, name="laptops",
-            report=TargetCreate(hw_class="cpu", environment=dict(report.environment)),
+            report=TargetCreate(hw_class=report.hw_class, environment=dict(report.environment)),
         )  # fmt: skip
-    with write_session(engine) as s:
-        promote(session=s, kernel=Digest.parse(report.kernel.source_digest), target="laptops")
+    try:
+        with write_session(engine) as s:
+            promote(session=s, kernel=Digest.parse(report.kernel.source_digest), target="laptops")
+    except KcertError as exc:
+        pytest.fail(f"{exc}: {getattr(exc, 'reasons', '')}")
     yield Registry(home, engine, _decision_indices(engine)), spec_dir
     engine.dispose()
     dispose_engines()
@@ -444,3 +456,19 @@ def test_replay_names_a_recorded_sandbox_the_certificate_does_not_carry(
     (obj,) = body["objects"]
     assert obj["status"] == "differs"
     assert "sandboxed: recorded False, certificate True" in obj["notes"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("language", ["cuda", "triton"])
+def test_rerun_on_the_gpu_reproduces_every_anchor(
+    language: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A GPU certificate made here, promoted, replayed with --rerun: same anchors, SAME."""
+    examples = EXAMPLES.parent / language
+    for registry, spec_dir in _promoted_example(tmp_path, monkeypatch, examples, language):
+        (granted,) = registry.decisions
+        result = _run("replay", str(granted), "--rerun", "--spec", str(spec_dir / "kcert.toml"),
+                      "--kernel", "saxpy", "--json")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        body = _json(result)
+        assert body["same"] is True and body["rerun"] == [], body

@@ -131,7 +131,8 @@ class DeviceRun:
     launch: Callable[[], None]
     #: Wait for the whole device.
     synchronize: Callable[[], None]
-    #: Put the pristine ``inout`` contents back before a timed run (not timed).
+    #: Before each timed run (not timed): the ``out`` buffers get their poison back and the
+    #: ``inout`` buffers their pristine contents, so the last run's output is its own work.
     refresh: Callable[[], None]
     #: Copy every padded buffer back to the host, in the job's order.
     read_back: Callable[[], list[np.ndarray]]

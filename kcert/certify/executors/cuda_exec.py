@@ -151,14 +151,19 @@ class CudaExecutor(Executor):
             def launch_once() -> None:
                 baseline(**named)
 
-        inout = {b.name for b in self.kernel.buffers if b.intent is Intent.INOUT}
-        pristine = [(start, data, nbytes)
-                    for (_, start, nbytes), data, layout in zip(padded, host, layouts, strict=True)
-                    if layout.name in inout]  # fmt: skip
+        # device copies of what every written buffer held before the first run: the
+        # poison of the outputs, the pristine contents of the inout buffers
+        written = {b.name for b in self.kernel.buffers if b.intent is not Intent.IN}
+        pristine = []
+        for (_, start, nbytes), layout in zip(padded, layouts, strict=True):
+            if layout.name in written:
+                copy = cupy.cuda.alloc(nbytes)
+                copy.copy_from_device(start, nbytes)
+                pristine.append((start, copy, nbytes))
 
         def refresh() -> None:
-            for start, data, nbytes in pristine:
-                start.copy_from_host(data.ctypes.data, nbytes)
+            for start, copy, nbytes in pristine:
+                start.copy_from_device(copy, nbytes)
 
         def read_back() -> list[np.ndarray]:
             cupy.cuda.runtime.deviceSynchronize()

@@ -127,8 +127,6 @@ class TritonExecutor(Executor):
         if self.interpret:
             raise Fault(RunStatus.LAUNCH_ERROR, "timing needs a GPU; the Triton interpreter"
                         " runs one program at a time on the CPU: its times mean nothing")
-        import torch
-
         padded, views = self._allocate(layouts, host, 0)
         grid = tuple(launch.grid)
         if baseline is None:
@@ -143,13 +141,15 @@ class TritonExecutor(Executor):
             def launch_once() -> None:
                 baseline(**named)
 
-        pristine = [(region, torch.from_numpy(data))
-                    for region, data, layout in zip(padded, host, layouts, strict=True)
-                    if layout.name in self._inout]  # fmt: skip
+        # device copies of what every written buffer held before the first run: the
+        # poison of the outputs, the pristine contents of the inout buffers
+        pristine = [(region, region.clone())
+                    for region, layout in zip(padded, layouts, strict=True)
+                    if layout.name in self._written]  # fmt: skip
 
         def refresh() -> None:
-            for region, data in pristine:
-                region.copy_(data)
+            for region, copy in pristine:
+                region.copy_(copy)
 
         def read_back() -> list[np.ndarray]:
             return [np.ascontiguousarray(region.cpu().numpy()) for region in padded]
@@ -157,8 +157,8 @@ class TritonExecutor(Executor):
         return DeviceRun(launch_once, self._synchronize, refresh, read_back)
 
     @property
-    def _inout(self) -> frozenset[str]:
-        return frozenset(b.name for b in self.kernel.buffers if b.intent is Intent.INOUT)
+    def _written(self) -> frozenset[str]:
+        return frozenset(b.name for b in self.kernel.buffers if b.intent is not Intent.IN)
 
     def healthy(self) -> bool:
         if self.interpret:

@@ -80,10 +80,13 @@ extern "C" __global__ void add_wild_store(const float* x, const float* y, float*
     if (i < n) out[i + (1ll << 40)] = x[i] + y[i];
 }
 
-// launch (timeout): spins on a flag that nothing clears.
+// launch (timeout): spins on a flag in global memory that nothing clears. The flag is
+// read through a volatile pointer, so the compiler must load it on every iteration and
+// cannot prove the loop endless (a spin on a local variable is compiled away).
+__device__ int add_spin_flag = 1;
+
 extern "C" __global__ void add_spin(const float* x, const float* y, float* out, int n) {
-    volatile int spinning = 1;
-    while (spinning) {
+    while (*(volatile int*)&add_spin_flag) {
     }
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = x[i] + y[i];

@@ -126,10 +126,15 @@ def add_wild_store(x, y, out, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def add_spin(x, y, out, n, BLOCK: tl.constexpr):
-    """launch (timeout): waits for a flag that nothing ever sets."""
-    i = 0
-    while i < n:
-        i = i * 1
+    """launch (timeout): waits for its input to change, which nothing ever does.
+
+    The load is volatile, so the compiler keeps it in the loop; a loop on a plain
+    value (``i = i * 1``) is compiled away and the kernel returns at once.
+    """
+    first = tl.load(x, volatile=True).to(tl.int32, bitcast=True)
+    now = first
+    while now == first:
+        now = tl.load(x, volatile=True).to(tl.int32, bitcast=True)
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     tl.store(out + offsets, tl.load(x + offsets, mask=mask), mask=mask)
