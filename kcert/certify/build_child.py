@@ -13,7 +13,6 @@ resources) and caches it; nothing the child sends is unpickled.
 
 from __future__ import annotations
 
-import json
 import pickle
 import subprocess
 import sys
@@ -23,12 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcert.certify import spares
+from kcert.certify.frames import Frames, ProtocolError
 from kcert.certify.spec import KernelSpec
 from kcert.errors import KcertError
 
 #: Seconds one build child may take, start-up and every const assignment together.
-BUILD_DEADLINE_S = 900.0
-_MAX_HEADER = 1 << 22
+BUILD_DEADLINE_S = 300.0
+#: The most one PTX or cubin may take.
+MAX_ARTIFACT_BYTES = 256 << 20
 _LOG_TAIL = 4000
 
 
@@ -119,24 +120,22 @@ def _names(header: dict[str, Any]) -> tuple[str, ...] | None:
 
 
 def _receive(worker: spares.WorkerProcess, deadline: float, limit: float) -> dict[str, Any]:
-    if not worker.inbox.poll(max(0.0, deadline - time.monotonic())):
+    frames = Frames(worker.inbox.fileno())
+    if not frames.ready(deadline):
         raise ChildBuildError(f"the build took longer than {limit:g} s and was stopped")
     try:
-        header = json.loads(worker.inbox.recv_bytes(_MAX_HEADER))
-    except (EOFError, OSError, ValueError) as exc:
-        raise ChildBuildError("the build process died", _tail(worker)) from exc
-    if not isinstance(header, dict):
-        raise ChildBuildError("the build process sent a malformed answer")
-    return header
+        return frames.header(deadline)
+    except ProtocolError as exc:
+        raise ChildBuildError(f"the build process broke the protocol: {exc}",
+                              _tail(worker)) from exc  # fmt: skip
 
 
 def _frame(worker: spares.WorkerProcess, deadline: float) -> bytes:
-    if not worker.inbox.poll(max(0.0, deadline - time.monotonic())):
-        raise ChildBuildError("the build process stopped answering")
     try:
-        return worker.inbox.recv_bytes(256 << 20)
-    except (EOFError, OSError) as exc:
-        raise ChildBuildError("the build process died", _tail(worker)) from exc
+        return Frames(worker.inbox.fileno()).read(MAX_ARTIFACT_BYTES, deadline)
+    except ProtocolError as exc:
+        raise ChildBuildError(f"the build process broke the protocol: {exc}",
+                              _tail(worker)) from exc  # fmt: skip
 
 
 def _tail(worker: spares.WorkerProcess) -> str:

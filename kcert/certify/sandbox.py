@@ -35,7 +35,6 @@ or replace it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pickle
 import signal
@@ -64,6 +63,7 @@ from kcert.certify.executors.choice import (
     device_arch,
     gpu_visible,
 )
+from kcert.certify.frames import Frames, ProtocolError
 from kcert.certify.report import TimingResult
 from kcert.certify.spec import KernelSpec
 from kcert.errors import KcertError
@@ -256,16 +256,14 @@ class Sandbox:
     ) -> tuple[dict[str, Any] | None, RunOutcome | None]:
         """One JSON header from the child before ``deadline``, or the outcome of its failure."""
         assert self._inbox is not None
-        remaining = deadline - time.monotonic()
-        if not self._inbox.poll(max(0.0, remaining)):
+        frames = Frames(self._inbox.fileno())
+        if not frames.ready(deadline):
             limit = self.startup_s if what == "loading" else self.deadline_s
             return None, self._timeout(limit, what)
         try:
-            raw = self._inbox.recv_bytes(1 << 20)
-            header = json.loads(raw)
-        except (EOFError, OSError, ValueError):
-            return None, self._death(mark, what)
-        if not isinstance(header, dict):
+            header = frames.header(deadline + _TRANSFER_GRACE_S)
+        except ProtocolError:
+            # a half-sent, oversized or malformed header: the child is broken or lying
             return None, self._death(mark, what)
         return header, None
 
@@ -323,18 +321,15 @@ class Sandbox:
         return RunOutcome(RunStatus.OK, "", arrays, elapsed)
 
     def _receive_arrays(self, job: RunJob, deadline: float) -> dict[str, np.ndarray] | None:
+        """Each buffer's bytes, exactly its size, before ``deadline``; None if the child fails."""
         assert self._inbox is not None
+        frames = Frames(self._inbox.fileno())
         arrays: dict[str, np.ndarray] = {}
         for buffer in job.buffers:
             out = np.empty_like(buffer.padded)
-            view = out.view(np.uint8)
-            if not self._inbox.poll(max(0.0, deadline - time.monotonic())):
-                return None
             try:
-                got = self._inbox.recv_bytes_into(view)
-            except (EOFError, OSError, ValueError, Exception):  # BufferTooShort: a forged frame
-                return None
-            if got != view.nbytes:
+                frames.read_into(out.view(np.uint8).data, deadline)
+            except ProtocolError:
                 return None
             arrays[buffer.name] = out
         return arrays

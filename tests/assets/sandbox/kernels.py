@@ -86,7 +86,28 @@ def _print_then_exit():
     os._exit(0)
 
 
+def _forge_deep_header():
+    # write a frame straight onto the worker's answer pipe: a header nested 100,000 deep
+    write_fd = int(sys.argv[2])
+    body = b"[" * 100_000 + b"]" * 100_000
+    os.write(write_fd, len(body).to_bytes(4, "big") + body)
+    while True:
+        time.sleep(0.05)
+
+
+def _forge_huge_frame():
+    # a valid "ok" header, then a frame that claims 8 GiB for the first buffer
+    write_fd = int(sys.argv[2])
+    header = b'{"op": "run", "status": "ok", "message": "", "elapsed_s": 0, "result": null}'
+    os.write(write_fd, len(header).to_bytes(4, "big") + header)
+    os.write(write_fd, (-1).to_bytes(4, "big", signed=True) + (1 << 33).to_bytes(8, "big"))
+    while True:
+        time.sleep(0.05)
+
+
 segfault = _Launcher(_segfault)
+deep_header = _Launcher(_forge_deep_header)
+huge_frame = _Launcher(_forge_huge_frame)
 abort = _Launcher(os.abort)
 hang_with_grandchild = _Launcher(_hang_with_grandchild)
 out_of_memory = _Launcher(_exhaust_memory)
