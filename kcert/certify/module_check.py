@@ -6,13 +6,19 @@ anything imports a kernel module, :func:`check_module` parses its bytes and
 allows only allowlisted imports, ``@triton.jit`` functions under
 ``triton.autotune``/``triton.heuristics`` with literal arguments, and constants
 bound to literal expressions. Everything else is a :class:`Finding`, and all of
-them are reported at once in a :class:`ModuleCodeError`. Nothing is imported or
-executed here; what is allowed, and the walk, live in :mod:`kcert.certify.module_rules`.
+them are reported at once in a :class:`ModuleCodeError`. Nothing of the kernel
+is imported or executed here; what is allowed, and the walk, live in
+:mod:`kcert.certify.module_rules`.
 
-A ``@triton.jit`` body is compiled by Triton, but under the interpreter it runs
-as Python, so the names and attributes that reach Python's own machinery are
-refused in it as well. That is defence in depth: the sandbox stays the
-boundary.
+The check is an allowlist throughout, jit bodies included. Under the
+interpreter a ``@triton.jit`` body runs as Python, and Triton's code generator
+calls any Python callable the body names, so an attribute chain off ``tl`` may
+name only public Triton API (``tl.load``, ``libdevice.tanh``), any other
+attribute only a Triton tensor, dtype or constexpr member, never a ``_`` name,
+and a module is never a value (:mod:`kcert.certify.jit_rules`; the names are read
+from the installed Triton). That is defence in depth, not the boundary: the
+sandbox is. A bypass of this check is contained there, not harmless, so the
+build and every run of a kernel stay in the sandbox.
 """
 
 from __future__ import annotations

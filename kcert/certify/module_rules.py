@@ -1,9 +1,10 @@
 """What a Triton kernel module may hold, and the walk that finds everything else.
 
-The allowlists below are the whole policy: :class:`ModuleRules` walks a
-module's top level in order, as the importer would run it, and records a
-:class:`Finding` for every construct outside them. :mod:`kcert.certify.module_check`
-is the entry point (decoding, parsing, the error).
+The allowlists below, with what :mod:`kcert.certify.jit_rules` lets a
+``@triton.jit`` body name, are the whole policy: :class:`ModuleRules`
+walks a module's top level in order, as the importer would run it, and records
+a :class:`Finding` for every construct outside them.
+:mod:`kcert.certify.module_check` is the entry point (decoding, parsing, the error).
 """
 
 from __future__ import annotations
@@ -12,12 +13,23 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kcert.certify.jit_rules import (
+    API_SUBMODULES,
+    api_name,
+    chain,
+    chain_problem,
+    children,
+    dunder,
+    name_problem,
+    subscript_problem,
+)
+from kcert.certify.jit_rules import short as _short
+
 #: Modules a kernel module may import: what a kernel needs to be written and
-#: annotated, none of which does anything on import beyond defining names.
-ALLOWED_MODULES = frozenset({"triton", "triton.language", "math", "typing", "__future__"})
-#: Every submodule of ``triton.language`` (``extra.libdevice``, ``math``...) is
-#: device-side vocabulary, so a prefix admits them all.
-ALLOWED_MODULE_PREFIXES = ("triton.language.",)
+#: annotated, none of which does anything on import beyond defining names. Of
+#: Triton's own submodules, only the device API ones (``triton.language.math``,
+#: ``extra.libdevice``...) are admitted, and only their API names may be imported.
+ALLOWED_MODULES = frozenset({"math", "typing", "__future__", *API_SUBMODULES})
 #: Names ``from triton import ...`` may bind: the decorators, their config and
 #: pure helpers. Host-side subpackages (``runtime``, ``compiler``, ``knobs``...)
 #: can launch, compile or reconfigure Triton, so they stay out.
@@ -56,15 +68,6 @@ BANNED_NAMES = frozenset(
     {"__builtins__", "__import__", "eval", "exec", "compile", "open", "getattr", "setattr",
      "delattr", "hasattr", "globals", "locals", "vars", "dir", "breakpoint", "input", "help",
      "exit", "quit", "type", "super", "memoryview"}
-)  # fmt: skip
-#: Attribute names that lead from a reachable module to the host (Triton's own
-#: submodules import ``os`` and ``builtins``), or turn a format string into
-#: attribute access. Under the interpreter, ``tl.core.builtins.eval`` would run.
-BANNED_ATTRIBUTES = frozenset(
-    {"os", "sys", "subprocess", "builtins", "importlib", "ctypes", "shutil", "socket",
-     "pickle", "marshal", "inspect", "types", "gc", "io", "pathlib", "signal", "runpy",
-     "multiprocessing", "threading", "system", "popen", "spawn", "runtime", "compiler",
-     "backends", "knobs", "tools", "driver", "_C", "format", "format_map"}
 )  # fmt: skip
 
 #: What to do about a finding, unless a more specific fix exists.
@@ -163,6 +166,11 @@ class ModuleRules:
             elif module == "triton" and alias.name not in TRITON_NAMES:
                 allowed = ", ".join(sorted(TRITON_NAMES))
                 self.add(stmt, f"from triton import {alias.name} (only {allowed} may be)")
+            elif module not in ("triton", "typing", "__future__") and not api_name(
+                f"{module}.{alias.name}", submodule=True
+            ):  # fmt: skip
+                self.add(stmt, f"from {module} import {alias.name}, which is not public "
+                               f"Triton device API (a function, class or dtype)")  # fmt: skip
             elif module != "__future__":
                 self.bind(stmt, alias.asname or alias.name, f"{module}.{alias.name}")
 
@@ -190,7 +198,7 @@ class ModuleRules:
         if isinstance(stmt, ast.AnnAssign):
             self.annotation(stmt.annotation)
         value = stmt.value
-        if any(_dunder(n) and n != "__all__" for n in names):
+        if any(dunder(n) and n != "__all__" for n in names):
             self.add(stmt, f"binding a special name ({', '.join(names)}) changes the module")
             return
         if "__all__" in names:
@@ -250,13 +258,21 @@ class ModuleRules:
                 continue
             bad = (
                 not isinstance(part, _ANNOTATION_NODES)
-                or isinstance(part, ast.Name) and (_dunder(part.id) or part.id in BANNED_NAMES)
-                or isinstance(part, ast.Attribute) and _reaches_host(part.attr)
+                or isinstance(part, ast.Name) and (dunder(part.id) or part.id in BANNED_NAMES)
+                or isinstance(part, ast.Attribute) and self.annotation_chain(part) is not None
             )  # fmt: skip
             if bad:
                 what = f"an annotation holding {_describe(part)} runs code when evaluated"
                 self.add(part, what, f"annotate with names such as tl.constexpr, {ALLOW}")
                 return
+
+    def annotation_chain(self, node: ast.Attribute) -> str | None:
+        """``tl.constexpr`` and ``typing.Optional``; other chains as in a kernel body."""
+        names, base = chain(node)
+        if isinstance(base, ast.Name) and self.aliases.get(base.id) == "typing":
+            private = next((n for n in names if n.startswith("_")), None)
+            return None if private is None else f"the private attribute {private}"
+        return chain_problem(node, self.aliases, as_value=False)
 
     # -- autotune configs ----------------------------------------------------------------
 
@@ -426,21 +442,24 @@ class ModuleRules:
             node = stack.pop()
             what = self.kernel_problem(node)
             if what is None:
-                stack.extend(reversed(list(ast.iter_child_nodes(node))))
+                stack.extend(reversed(children(node, self.aliases)))
             else:  # one finding per construct: x.__class__.__bases__ is not two
-                self.add(node, f"{what} in @triton.jit {fn.name} runs as Python in the interpreter")
+                self.add(node, f"{what} in @triton.jit {fn.name} runs as Python in the "
+                               "interpreter, or is called by the compiler")  # fmt: skip
 
     def kernel_problem(self, node: ast.AST) -> str | None:
         if isinstance(node, ast.Name):
-            if node.id in BANNED_NAMES or _dunder(node.id):
+            if node.id in BANNED_NAMES or dunder(node.id):
                 return f"a use of {node.id}"
-            if self.aliases.get(node.id) == "typing":
-                return "a use of typing (it evaluates strings as code)"
+            return name_problem(node, self.aliases)
+        if isinstance(node, ast.Attribute | ast.Subscript) and not isinstance(node.ctx, ast.Load):
+            kind = "an attribute" if isinstance(node, ast.Attribute) else "a subscript"
+            # it could change Triton's own objects (tl.dtype.FP_TYPES) in the build child
+            return f"an assignment to {kind} ({_short(node)} = ...)"
         if isinstance(node, ast.Attribute):
-            if _dunder(node.attr):
-                return f"a special attribute access ({_short(node)})"
-            if _reaches_host(node.attr) or node.attr in BANNED_NAMES:
-                return f"an attribute access ({_short(node)}) that reaches the host"
+            return chain_problem(node, self.aliases)
+        if isinstance(node, ast.Subscript) and (problem := subscript_problem(node, self.aliases)):
+            return problem
         if isinstance(node, ast.Import | ast.ImportFrom):
             return f"an import inside a function ({_short(node)})"
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
@@ -455,28 +474,13 @@ def _unpacked(target: ast.expr) -> list[ast.expr]:
 
 
 def _module_allowed(name: str) -> bool:
-    return name in ALLOWED_MODULES or name.startswith(ALLOWED_MODULE_PREFIXES)
+    return name in ALLOWED_MODULES
 
 
 def _not_allowed(module: str) -> str:
     return (f"an import of {module} (a kernel module may import only triton, "
-            "triton.language and its submodules, math and typing)")  # fmt: skip
-
-
-def _reaches_host(attr: str) -> bool:
-    return _dunder(attr) or attr in BANNED_ATTRIBUTES
-
-
-def _dunder(name: str) -> bool:
-    return len(name) > 4 and name.startswith("__") and name.endswith("__")
-
-
-def _short(node: ast.AST) -> str:
-    """A construct as the user wrote it, on one line, calls shown as ``f(...)``."""
-    if isinstance(node, ast.Call):
-        return f"{_short(node.func)}(...)"
-    text = ast.unparse(node).splitlines()[0].rstrip(":")
-    return text if len(text) <= 60 else text[:57] + "..."
+            "triton.language and its math, standard and extra.libdevice submodules, "
+            "math and typing)")  # fmt: skip
 
 
 def _statement(stmt: ast.stmt) -> str:

@@ -76,7 +76,9 @@ HOSTILE: list[tuple[str, str | bytes, list[tuple[int, str]]]] = [
      [(2, "an import of os ")]),
     ("__import__ in jit", kernel("m = __import__('os')"),
      [(7, "a use of __import__ in @triton.jit k")]),
-    ("getattr in jit", kernel("f = getattr(tl, 'x')"), [(7, "a use of getattr in @triton.jit k")]),
+    ("getattr in jit", kernel("f = getattr(tl, 'x')"),
+     [(7, "a use of getattr in @triton.jit k"),
+      (7, "the module tl (triton.language) used as a value (name its functions)")]),
     ("pre_run_hook", kernel("pass") + "k.pre_run_hook = k\n",
      [(8, "an assignment to an attribute (k.pre_run_hook = ...)")]),
     ("class", "import triton\n\n\nclass Hook:\n    pass\n",
@@ -96,7 +98,7 @@ HOSTILE: list[tuple[str, str | bytes, list[tuple[int, str]]]] = [
     ("syntax error", "import triton\n\ndef k(:\n    pass\n", [(3, "is not valid Python")]),
     ("non-UTF-8", b"import triton\nX = '\xff'\n", [(2, "byte 0xff is not UTF-8")]),
     ("dunder chain in jit", kernel("b = x.__class__.__bases__"),
-     [(7, "a special attribute access (x.__class__.__bases__)")]),
+     [(7, "a special attribute access (x.__class__) in @triton.jit k")]),
     ("open", "import triton\n\nopen('/etc/passwd')\n", [(3, "a module-level call (open(...))")]),
     ("heuristics print", decorated("@triton.heuristics({'B': lambda args: print(args)})"),
      [(5, "a call to print(...) inside a heuristics lambda")]),
@@ -104,11 +106,13 @@ HOSTILE: list[tuple[str, str | bytes, list[tuple[int, str]]]] = [
     ("utf-7 cookie", b"# coding: utf-7\nimport triton\n# +AAo-import os\n",
      [(1, "a coding declaration (utf-7)")]),
     ("module reached through triton", kernel("tl.core.builtins.eval('1')"),
-     [(7, "an attribute access (tl.core.builtins.eval) that reaches the host")]),
+     [(7, "an attribute access (tl.core) outside the public Triton API (triton.language has "
+          "no device function, class or dtype named core)")]),
     ("format string", kernel("s = '{0.__globals__}'.format(k)"),
-     [(7, "an attribute access ('{0.__globals__}'.format) that reaches")]),
+     [(7, "an attribute access ('{0.__globals__}'.format) outside the methods and properties "
+          "of Triton's tensor, dtype and constexpr")]),
     ("typing in jit", "import typing\n" + kernel("h = typing.get_type_hints(k)"),
-     [(8, "a use of typing (it evaluates strings as code)")]),
+     [(8, "a use of typing (not Triton device API) in @triton.jit k")]),
     ("import in jit", kernel("import os"), [(7, "an import inside a function (import os)")]),
     ("lambda in jit", kernel("f = lambda: 0"), [(7, "a nested lambda")]),
     ("plain function", "import triton\n\n\ndef helper(x):\n    return x\n",
@@ -149,6 +153,59 @@ HOSTILE: list[tuple[str, str | bytes, list[tuple[int, str]]]] = [
     ("dunder module name", "import triton\n\n__getattr__ = 1\n",
      [(3, "binding a special name (__getattr__)")]),
     ("__builtins__ in jit", kernel("b = __builtins__"), [(7, "a use of __builtins__")]),
+    # the red team's chains: Triton's submodules import standard ones
+    ("pkgutil to posix_spawn", kernel(
+        "tl.extra.pkgutil.zipimport._bootstrap_external._os.posix_spawn('/bin/sh', ['sh'], {})"),
+     [(7, "an attribute access (tl.extra.pkgutil) outside the public Triton API "
+          "(triton.language.extra has no device function, class or dtype named pkgutil)")]),
+    ("operator.attrgetter", kernel("f = tl.core.typing.operator.attrgetter('x')"),
+     [(7, "an attribute access (tl.core) outside the public Triton API")]),
+    ("sys.modules", kernel("m = tl.core.typing.collections._sys.modules['os']"),
+     [(7, "an attribute access (tl.core) outside the public Triton API")]),
+    ("module through a local", kernel("m = tl.extra\n    m.pkgutil.zipimport"),
+     [(7, "the module triton.language.extra used as a value (tl.extra; name its functions)"),
+      (8, "an attribute access (m.pkgutil) outside the methods and properties of Triton's")]),
+    ("private tensor attribute", kernel("h = x._handle"),
+     [(7, "a private attribute access (x._handle) in @triton.jit k")]),
+    ("tensor class", kernel("c = x.__class__"),
+     [(7, "a special attribute access (x.__class__) in @triton.jit k")]),
+    ("libdevice.os", "from triton.language.extra import libdevice\n" + kernel(
+        "libdevice.os.system('id')"),
+     [(8, "an attribute access (libdevice.os) outside the public Triton API "
+          "(triton.language.extra.libdevice has no device function, class or dtype named os)")]),
+    ("tl.math.sys", kernel("m = tl.math.sys.modules"),
+     [(7, "an attribute access (tl.math.sys) outside the public Triton API "
+          "(triton.language.math has no device function, class or dtype named sys)")]),
+    # the same, by other roads
+    ("subscript of a module", kernel("f = tl.extra.libdevice['exp']"),
+     [(7, "a subscript of a module attribute (tl.extra.libdevice['exp'])")]),
+    ("module as an argument", kernel("tl.device_print('m', tl.math)"),
+     [(7, "the module triton.language.math used as a value (tl.math; name its functions)")]),
+    ("module returned", "from triton.language.extra import libdevice\n" + kernel(
+        "return libdevice"),
+     [(8, "the module libdevice (triton.language.extra.libdevice) used as a value")]),
+    ("imported host name", "from typing import get_type_hints\n" + kernel(
+        "h = get_type_hints(k)"),
+     [(8, "a use of get_type_hints (typing.get_type_hints) (not Triton device API)")]),
+    ("host name of triton", kernel("c = triton.compile(k)"),
+     [(7, "an attribute access (triton.compile) outside the public Triton API (triton has no")]),
+    ("non-API submodule", kernel("r = tl.random.randint"),
+     [(7, "an attribute access (tl.random) outside the public Triton API")]),
+    ("store into triton's objects", kernel("tl.float32.FP_TYPES[0] = 'fp64'"),
+     [(7, "an assignment to a subscript (tl.float32.FP_TYPES[0] = ...) in @triton.jit k")]),
+    ("store to an attribute", kernel("x.dtype = tl.float16"),
+     [(7, "an assignment to an attribute (x.dtype = ...) in @triton.jit k")]),
+    ("from triton.language import core", "from triton.language import core\n",
+     [(1, "from triton.language import core, which is not public Triton device API")]),
+    ("import triton.language.core", "import triton.language.core as c\n",
+     [(1, "an import of triton.language.core ")]),
+    ("from extra import pkgutil", "from triton.language.extra import pkgutil\n",
+     [(1, "from triton.language.extra import pkgutil, which is not public Triton device API")]),
+    ("private attribute in heuristics", decorated("@triton.heuristics({'B': lambda a: a._x})"),
+     [(5, "Attribute (a._x) inside a heuristics lambda")]),
+    ("annotation off a host module", "import triton\nimport triton.language as tl\n\n\n"
+     "@triton.jit\ndef k(x: tl.core.typing.Any):\n    pass\n",
+     [(6, "an annotation holding Attribute (tl.core.typing.Any) runs code")]),
 ]  # fmt: skip
 
 
@@ -163,6 +220,21 @@ def test_hostile_construct_is_refused_at_its_line(
     for (_, message), (_, fragment) in zip(findings, expected, strict=True):
         assert fragment in message
         assert "; " in message  # what is there; what to do
+
+
+def test_a_chain_off_tl_may_name_only_public_triton_api() -> None:
+    """The red team's road to the build child: ``tl.extra`` still holds its import loop's
+    ``pkgutil``, and from there every module Python has loaded."""
+    source = kernel("tl.extra.pkgutil.zipimport._bootstrap_external._os.posix_spawn('sh', [], {})")
+    with pytest.raises(ModuleCodeError) as info:
+        check_module(source.encode(), "kernels.py")
+    assert info.value.diagnostics() == (
+        "kernels.py:7: an attribute access (tl.extra.pkgutil) outside the public Triton API "
+        "(triton.language.extra has no device function, class or dtype named pkgutil) in "
+        "@triton.jit k runs as Python in the interpreter, or is called by the compiler; "
+        "remove it, or certify with --allow-module-code (its module code then runs in the "
+        "sandbox only)"
+    )
 
 
 def test_every_finding_in_a_module_is_reported_one_per_line() -> None:
@@ -263,6 +335,24 @@ ALLOWED = {
         "@triton.jit\ndef helper(x, i):\n    tl.store(x + i, tl.load(x + i) * WIDE)\n"
     ),
 }
+
+
+ALLOWED["the public Triton API, tensor methods and properties"] = (
+    "import math\n\nimport triton\nimport triton.language as tl\n"
+    "from triton.language.extra import libdevice\n"
+    "from triton.language.extra.libdevice import tanh\n\nBLOCK = 128\n\n\n"
+    "@triton.heuristics({'B': lambda args: triton.cdiv(args['n'], BLOCK)})\n@triton.jit\n"
+    "def k(x, n, B: tl.constexpr):\n"
+    "    offs = tl.arange(0, B)\n"
+    "    acc = tl.load(x + offs, mask=offs < n).to(tl.float32)\n"
+    "    rows = acc.shape[0]\n"
+    "    for i in tl.static_range(4):\n"
+    "        acc += tl.math.exp(acc) + libdevice.tanh(acc) + tanh(acc) * math.pi\n"
+    "    acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)\n"
+    "    W: tl.constexpr = triton.cdiv(B, 2)\n"
+    "    bits = acc.dtype.primitive_bitwidth + tl.cdiv(n, W) + triton.language.program_id(0)\n"
+    "    tl.store(x + offs, acc.to(x.dtype.element_ty), mask=offs < rows + bits)\n"
+)
 
 
 @pytest.mark.parametrize("source", ALLOWED.values(), ids=ALLOWED.keys())
