@@ -333,10 +333,13 @@ def _nvrtc_compile(
     name = code.main.name
     try:
         text = code.main.text()
-        headers = [f.text() for f in code.includes]
+        for header in code.includes:
+            header.text()
     except UnicodeDecodeError as exc:
         raise BuildError(f"{name} or a header it includes is not UTF-8 text") from exc
-    program = nvrtc.createProgram(text, name, headers, [f.name for f in code.includes])
+    # cupy takes the headers and their names as bytes
+    program = nvrtc.createProgram(text, name, [f.data for f in code.includes],
+                                  [f.name.encode() for f in code.includes])  # fmt: skip
     try:
         try:
             nvrtc.compileProgram(program, list(options))

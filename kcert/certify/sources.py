@@ -8,10 +8,11 @@ bytes, and the certificate's subjects are their digests: a file that changes on
 disk during certification changes nothing.
 
 A CUDA source's local includes (``#include "name.h"``) are read here too, but
-only from the source's own folder and its subfolders: a kernel that includes
-``"/root/.kcert/signing.key"`` must not get the certifier to read that file and
-hand it to the compiler, whose error log would quote it. An include that is
-not found there is left to NVRTC, which then fails inside the sandbox.
+only headers (:data:`HEADER_SUFFIXES`) from the source's own folder and its
+subfolders: a kernel that includes ``"/root/.kcert/signing.key"`` or
+``"reference.py"`` must not get the certifier to read that file and hand it to
+the compiler, whose error log would quote it. Any other include is left to
+NVRTC, which cannot see those files inside the sandbox and fails there.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from kcert.digest import Digest
 MAX_SOURCE_BYTES = 8 << 20
 #: Local headers followed from one CUDA source, transitively.
 MAX_INCLUDES = 64
+
+#: What a local include may name: headers, never the reference, the spec or a key.
+HEADER_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl"})
 
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
 
@@ -109,6 +113,8 @@ def _local_header(root: Path, folder: Path, raw: bytes) -> Path | None:
     except UnicodeDecodeError:
         return None
     candidate = (folder / text).resolve()
+    if candidate.suffix.lower() not in HEADER_SUFFIXES:
+        return None
     if not candidate.is_relative_to(root) or not candidate.is_file():
         return None
     return candidate

@@ -25,7 +25,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -78,7 +77,8 @@ class WorkerProcess:
     log: IO[bytes]
     key: WorkerKey
     owner: int  # the pid that started it: a forked certifier must not share it
-    #: The child's private folder (its /tmp inside the sandbox), removed when it is reaped.
+    #: An unsandboxed child's private folder, removed when it is reaped (a sandboxed child's
+    #: /tmp is a tmpfs that ends with its sandbox).
     workdir: Path | None = None
     #: Held open by the certifier: the child exits when it reads end-of-file here.
     lifeline: int | None = None
@@ -101,7 +101,7 @@ def launch(
     life_child, life_parent = os.pipe()
     info_read, info_write = os.pipe()
     log: IO[bytes] = tempfile.TemporaryFile(prefix="kcert-worker-")
-    workdir = Path(tempfile.mkdtemp(prefix="kcert-sandbox-"))
+    workdir: Path | None = None
     cgroup: jail.ChildCgroup | None = None
     gpu = key.executor in GPU_KINDS
     limits = jail.Limits.for_child(gpu=gpu)
@@ -109,15 +109,15 @@ def launch(
             str(child_writes), str(life_child), key.executor, jail.encode_limits(limits)]
     try:
         if key.sandbox:
-            argv = jail.command(argv, workdir=workdir, gpu=gpu, info_fd=info_write, share=share)
+            argv = jail.command(argv, gpu=gpu, info_fd=info_write, share=share, limits=limits)
             env = worker_env(key.executor)
             cgroup = jail.ChildCgroup.make(limits)
             if cgroup is not None:
                 argv = cgroup.wrap(argv)
-            cwd = str(workdir)
+            cwd = "/"
         else:
+            workdir = Path(tempfile.mkdtemp(prefix="kcert-worker-"))
             env = worker_env(key.executor, tmp=str(workdir))
-            env["PYTHONPATH"] = str(jail.kcert_root())
             cwd = str(workdir)
         proc = subprocess.Popen(
             argv, pass_fds=(child_reads, child_writes, life_child, info_write),
@@ -128,7 +128,8 @@ def launch(
         for fd in (parent_reads, parent_writes, life_parent, info_read):
             os.close(fd)
         log.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if workdir is not None:
+            _remove_tree(workdir)
         if cgroup is not None:
             cgroup.remove()
         raise
@@ -179,11 +180,24 @@ def release(worker: WorkerProcess) -> None:
             os.close(worker.lifeline)
         worker.lifeline = None
     if worker.workdir is not None:
-        shutil.rmtree(worker.workdir, ignore_errors=True)
+        _remove_tree(worker.workdir)
         worker.workdir = None
     if worker.cgroup is not None:
         worker.cgroup.remove()
         worker.cgroup = None
+
+
+def _remove_tree(folder: Path) -> None:
+    """Remove an unsandboxed child's folder, however deep it made it (never raises).
+
+    ``shutil.rmtree`` recurses in Python and gives up on a tree a few thousand deep;
+    ``rm -rf`` does not.
+    """
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(folder)], timeout=120,
+                       check=False, stdin=subprocess.DEVNULL, capture_output=True)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        pass
 
 
 def _reap_worker(worker: WorkerProcess) -> None:

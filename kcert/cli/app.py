@@ -7,6 +7,7 @@ one group of commands and registers it here.
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated, Any
 
@@ -81,8 +82,15 @@ def _register_all() -> None:
 _register_all()
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    # unwind as for Ctrl-C: context managers close their sandboxes, atexit discards spares
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _terminate)
     try:
         app(prog_name="kcert")
     except KeyboardInterrupt:

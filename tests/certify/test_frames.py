@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from multiprocessing.connection import Connection
 
@@ -70,9 +71,12 @@ def test_a_header_that_is_not_a_json_object_is_refused(
     pipe: tuple[Frames, int], body: bytes
 ) -> None:
     frames, write_fd = pipe
-    os.write(write_fd, len(body).to_bytes(4, "big") + body)
+    # from a thread: a body larger than the pipe's buffer blocks its writer until read
+    writer = threading.Thread(target=os.write, args=(write_fd, len(body).to_bytes(4, "big") + body))
+    writer.start()
     with pytest.raises(ProtocolError, match="header"):
         frames.header(time.monotonic() + 5)
+    writer.join()
 
 
 @pytest.mark.parametrize("name", ["deep_header", "huge_frame"])

@@ -19,10 +19,7 @@ from kcert.certify import jail, spares
 
 def _inside(code: str, tmp_path: Path, *, env: dict[str, str] | None = None,
             protected: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    workdir = tmp_path / "private"
-    workdir.mkdir(exist_ok=True)
-    argv = jail.command([sys.executable, "-c", code], workdir=workdir, gpu=False,
-                        protected=protected)  # fmt: skip
+    argv = jail.command([sys.executable, "-c", code], gpu=False, protected=protected)
     return subprocess.run(argv, env=jail.child_env(env or {}), capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
 
@@ -51,16 +48,20 @@ def test_protected_folders_home_and_cwd_do_not_exist_inside(
     assert json.loads(done.stdout) == [False] * len(paths)
 
 
-def test_only_the_private_folder_is_writable_and_it_is_the_callers(tmp_path: Path) -> None:
+def test_only_the_private_tmp_is_writable_and_nothing_reaches_the_host(tmp_path: Path) -> None:
+    marker = f"kcert-jail-test-{os.getpid()}.txt"
     code = ("import os\n"
-            "open('/tmp/inside.txt', 'w').write('ok')\n"
+            f"open('/tmp/{marker}', 'w').write('ok')\n"
+            "st = os.statvfs('/tmp'); print('TMP', st.f_blocks * st.f_frsize)\n"
             f"for p in ['/usr/kcert-x', {str(Path(kcert.__file__).parent / 'x')!r}, '/etc/x']:\n"
             "    try:\n        open(p, 'w')\n        print('WROTE', p)\n"
             "    except OSError:\n        pass\n")  # fmt: skip
     done = _inside(code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "WROTE" not in done.stdout
-    assert (tmp_path / "private" / "inside.txt").read_text() == "ok"
+    assert not (Path("/tmp") / marker).exists()  # the sandbox's /tmp is its own tmpfs
+    size = int(done.stdout.split("TMP ", 1)[1].split()[0])
+    assert size == jail.Limits.for_child(gpu=False).tmp_bytes
 
 
 def test_the_environment_is_an_allowlist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,4 +118,4 @@ def test_reaping_a_worker_ends_every_process_in_its_sandbox() -> None:
     child = sandboxed_python(worker.proc.pid)
     spares.reap(worker.proc, worker.inbox, worker.outbox, worker.log, worker)
     assert not Path(f"/proc/{child}").exists()
-    assert worker.workdir is None
+    assert worker.info is None and worker.cgroup is None
