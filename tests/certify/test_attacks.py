@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -271,3 +272,62 @@ def _predicate(certificate: Path) -> dict[str, object]:
     statement = json.loads(base64.b64decode(envelope["payload"]))
     predicate: dict[str, object] = statement["predicate"]
     return predicate
+
+
+def _spec_with(folder: Path, asset: str, token: str) -> Path:
+    folder.mkdir()
+    shutil.copy(ASSETS / "reference.py", folder / "reference.py")
+    shutil.copy(ASSETS / "kcert.toml.in", folder / "kcert.toml")
+    source = (ASSETS / asset).read_text().replace("@TOKEN@", token)
+    (folder / "attack.py").write_text(source)
+    return folder / "attack.py"
+
+
+def _certify_argv(source: Path) -> list[str]:
+    return [str(KCERT), "certify", str(source), "--executor", "triton-interpreter", "--hw", "cpu",
+            "--allow-module-code", "--json"]  # fmt: skip
+
+
+@pytest.mark.parametrize("signum", [15, 9], ids=["SIGTERM", "SIGKILL"])
+def test_a_sandbox_that_stops_its_lifeline_dies_with_the_certifier(
+    tmp_path: Path, signum: int
+) -> None:
+    """Module code breaks the worker's own exit path and spins; killing kcert still ends all."""
+    token = f"kcert-outlive-{uuid.uuid4().hex}"
+    source = _spec_with(tmp_path / "spec", "outlive.py.in", token)
+    env = {**os.environ, "KCERT_HOME": str(tmp_path / "home")}
+    cli = subprocess.Popen(_certify_argv(source), env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not _survivors(token) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _survivors(token), "the daemon never started"
+        os.kill(cli.pid, signum)
+        cli.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while _survivors(token) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _survivors(token)
+    finally:
+        cli.kill()
+        cli.wait()
+    for pid in left:
+        os.kill(pid, 9)
+    assert left == [], "the kernel's daemon outlived the certifier"
+
+
+def test_what_a_kernel_writes_in_its_tmp_never_reaches_the_host(tmp_path: Path) -> None:
+    token = f"kcert-fill-{uuid.uuid4().hex}"
+    source = _spec_with(tmp_path / "spec", "fill.py.in", token)
+    env = {**os.environ, "KCERT_HOME": str(tmp_path / "home")}
+    done = subprocess.run(_certify_argv(source), env=env, capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr  # a verdict, not a crash of the certifier
+    # the module did plant them (inside): deep, and up to the private /tmp's size
+    planted = re.search(r"planted (\d+) folders deep and (\d+) MiB", done.stdout)
+    assert planted is not None, done.stdout
+    assert int(planted.group(1)) > 1000 and int(planted.group(2)) > 1000
+    found = subprocess.run(["find", "/tmp", "-xdev", "-name", f"{token}*", "-print", "-quit"],
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert found.stdout == ""
