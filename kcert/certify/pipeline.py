@@ -188,6 +188,11 @@ class _Certifier:
             return [CheckResult("build", Status.SKIP, reason, required=False),
                     CheckResult("artifact", Status.SKIP, reason, required=False)], None, None
         checks = list(report.checks)
+        if self.kernel.language == "triton" and self.options.allow_module_code:
+            # Triton's compiler ran in the process the module's code ran in: the PTX and
+            # its figures are what that code let through
+            checks = [_note(c, " (self-reported: the module's own code ran in the compiler's "
+                            "process, --allow-module-code)") for c in checks]  # fmt: skip
         if executor == "triton-interpreter":
             # the interpreter runs the Python source; the GPU build is linted, not certified
             checks = [_note(c, f" (linted for {arch}; the interpreter ran the source)")
@@ -368,11 +373,14 @@ class _Certifier:
                                 f"{kernel_time.status}: {kernel_time.message}", largest.id)
             return check, TimingReport(timing.METHOD, None, None, None, None,
                                        skipped_reason=check.message)  # fmt: skip
+        # the kernel's sandbox ends before the baseline runs: nothing it started (a process
+        # spinning on the CPU or the GPU) is left to slow the baseline down
+        self.sandbox.close()
         baseline = None
         if self.kernel.baseline is not None:
             from kcert.certify.sandbox import Sandbox
 
-            # a worker of its own, which never loads the kernel: nothing can slow it down
+            # a worker of its own, which never loads the kernel
             with Sandbox(self.kernel, self.executor, deadline_s=self.options.deadline_s,
                          sandbox=self.options.sandbox, mode="baseline") as other:  # fmt: skip
                 result = other.time(job, "baseline")
