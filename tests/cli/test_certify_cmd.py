@@ -137,3 +137,35 @@ def test_a_cuda_kernel_without_a_gpu_exits_2_and_points_to_lint() -> None:
     result = run("certify", str(EXAMPLES / "cuda" / "saxpy.cu"))
     assert result.exit_code == 2
     assert "kcert lint" in result.stderr
+
+
+def test_a_host_that_cannot_sandbox_exits_2_and_says_what_is_missing(
+    spec: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kcert.certify import jail
+
+    monkeypatch.setattr(jail, "find_bwrap", lambda: None)
+    jail.probe.cache_clear()
+    try:
+        result = run("certify", str(spec), "--kernel", "scale", "--executor",
+                     "triton-interpreter", "--json")  # fmt: skip
+    finally:
+        jail.probe.cache_clear()
+    assert result.exit_code == 2
+    error = one_json(result)["error"]
+    assert error["type"] == "sandbox-unavailable"
+    assert "bwrap" in error["detail"] and "--no-sandbox" in error["detail"]
+
+
+def test_no_sandbox_is_recorded_in_the_certificate(spec: Path, tmp_path: Path) -> None:
+    key = tmp_path / "k.key"
+    assert run("keys", "generate", "--out", str(key)).exit_code == 0
+    cert = tmp_path / "c.json"
+    result = run("certify", str(spec), "--kernel", "scale", "--executor", "triton-interpreter",
+                 "--key", str(key), "--out", str(cert), "--no-sandbox", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    import base64
+
+    predicate = json.loads(base64.b64decode(json.loads(cert.read_text())["payload"]))["predicate"]
+    confinement = predicate["certifier"]["confinement"]
+    assert confinement["sandbox"] is False and "no-sandbox" in confinement["mechanism"]
