@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import pickle
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -78,7 +77,7 @@ def build_in_child(
     sandbox: bool = True, deadline_s: float = BUILD_DEADLINE_S,
 ) -> ChildBuilds:  # fmt: skip
     """Compile ``kernel`` for ``arch`` (each const assignment, for Triton) in a fresh child."""
-    worker = spares.launch(spares.WorkerKey(kind_for(kernel), sandbox, sys.executable))
+    worker = spares.launch(spares.WorkerKey.now(kind_for(kernel), sandbox=sandbox))
     try:
         request = {"mode": "build", "kernel": kernel, "executor": worker.key.executor,
                    "arch": arch, "const_sets": [dict(c) for c in const_sets]}  # fmt: skip

@@ -143,8 +143,10 @@ class Sandbox:
         if self._proc is not None and self._outbox is not None and self._proc.poll() is None:
             with contextlib.suppress(OSError, ValueError):
                 self._outbox.send_bytes(pickle.dumps({"op": "exit"}))
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=5.0)
+            if self._inbox is not None:
+                # end-of-file on its pipe: the worker is gone; the reaper then ends the sandbox
+                # at once, rather than waiting the second bubblewrap takes to notice
+                Frames(self._inbox.fileno()).ready(time.monotonic() + 5.0)
         self._stop_worker()
         self._finalizer()
 

@@ -57,7 +57,10 @@ class WorkerKey:
     @classmethod
     def now(cls, executor: str, *, sandbox: bool = True) -> WorkerKey:
         """The key of a worker for ``executor`` started now, from this process."""
-        return cls(executor, sandbox, sys.executable, tuple(sorted(worker_env(executor).items())))
+        # absolute, not resolved: started by a relative path, Python reports a relative one,
+        # and the worker's working directory is not ours; a venv's link decides its prefix
+        python = os.path.abspath(sys.executable)
+        return cls(executor, sandbox, python, tuple(sorted(worker_env(executor).items())))
 
 
 def worker_env(executor: str, tmp: str = jail.INSIDE_TMP) -> dict[str, str]:
