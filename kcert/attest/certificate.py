@@ -2,9 +2,11 @@
 
 A certificate is a DSSE envelope whose payload is an in-toto Statement v1
 with kcert's predicate (DESIGN.md, "The certificate"). Its id is ``sha256:``
-of the RFC 8785 canonical JSON of the envelope object as :meth:`Envelope.to_json`
-writes it, so the same signed content always has the same id however the file
-was laid out or its base64 spelled.
+of the DSSE PAE bytes (payload type and payload): exactly the bytes that are
+signed. Nothing a signature does not cover (a ``keyid`` hint, extra, repeated
+or reordered signatures, JSON layout, base64 spelling) changes the id, so the
+same signed statement is one certificate however the envelope around it was
+altered.
 
 Verification authenticates before it interprets: the signature over the PAE
 is checked first, and only then is the payload parsed as a statement.
@@ -37,6 +39,7 @@ __all__ = [
     "Envelope",
     "Signature",
     "VerifiedCertificate",
+    "canonical_envelope",
     "certificate_id",
     "inspect_envelope",
     "load_envelope",
@@ -96,8 +99,20 @@ def sign_report(report: CertificationReport, private_key: Ed25519PrivateKey) -> 
 
 
 def certificate_id(envelope: Envelope) -> Digest:
-    """``sha256`` of the RFC 8785 form of the envelope object (normalized base64)."""
-    return Digest.of_json(envelope.to_json())
+    """``sha256`` of the DSSE PAE of the envelope's type and payload: the signed bytes only."""
+    return Digest.of_bytes(envelope.pae())
+
+
+def canonical_envelope(
+    envelope: Envelope, trusted: Mapping[str, Ed25519PublicKey]
+) -> Envelope:
+    """``envelope`` with only the signatures that verify against ``trusted``, one per key,
+    each named by the real id of its key and sorted by it (the form the registry stores)."""
+    return Envelope(
+        payload_type=envelope.payload_type,
+        payload=envelope.payload,
+        signatures=dsse.verified_signatures(envelope, trusted),
+    )
 
 
 def inspect_envelope(envelope: Envelope) -> CertificateContents:

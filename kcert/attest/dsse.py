@@ -118,6 +118,29 @@ def verify_signatures(envelope: Envelope, trusted: Mapping[str, Ed25519PublicKey
     )
 
 
+def verified_signatures(
+    envelope: Envelope, trusted: Mapping[str, Ed25519PublicKey]
+) -> tuple[Signature, ...]:
+    """The envelope's signatures that verify against ``trusted``, normalized.
+
+    Each kept signature names the key that verified it (whatever its hint said);
+    a key appears once however often it signed, and the result is sorted by key
+    id. Signatures that verify against no trusted key are dropped.
+    """
+    message = envelope.pae()
+    found: dict[str, Signature] = {}
+    for signature in envelope.signatures:
+        hinted = signature.keyid if signature.keyid in trusted else None
+        candidates = ([hinted] if hinted is not None else []) + [
+            k for k in trusted if k != hinted
+        ]
+        for keyid in candidates:
+            if keyid not in found and _verifies(trusted[keyid], signature.sig, message):
+                found[keyid] = Signature(sig=signature.sig, keyid=keyid)
+                break
+    return tuple(found[k] for k in sorted(found))
+
+
 def _verifies(public_key: Ed25519PublicKey, sig: bytes, message: bytes) -> bool:
     if len(sig) != _ED25519_SIG_LEN:
         return False

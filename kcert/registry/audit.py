@@ -55,6 +55,10 @@ LOG_KEY_FILE = "log-key.pem"
 # The event kinds of DESIGN.md ("Every state change ... is a leaf").
 CERTIFICATE_STORED = "certificate.stored"
 CERTIFICATE_REVOKED = "certificate.revoked"
+#: Signatures by further trusted keys merged into a stored certificate.
+CERTIFICATE_COSIGNED = "certificate.cosigned"
+#: A certificate's signer was revoked and another key that signed it stands in.
+CERTIFICATE_RESIGNED = "certificate.resigned"
 CERTIFICATE_INVALIDATED = "certificate.invalidated"
 KEY_TRUSTED = "key.trusted"
 KEY_REVOKED = "key.revoked"

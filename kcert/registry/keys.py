@@ -2,7 +2,10 @@
 
 A revoked key stays in the table (with when and why) so that every
 certificate it signed is refused at push and invalid at the gate; a revoked
-key is never trusted again under the same id.
+key is never trusted again under the same id. A certificate that another
+trusted, unrevoked key also signed (merged signatures, see
+:mod:`kcert.registry.certificates`) moves to that signer instead, with a
+``certificate.resigned`` leaf, and stays valid.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlmodel import Session, col, select
 
+from kcert.attest.dsse import parse_envelope
 from kcert.attest.keys import key_id, public_key_from_hex
 from kcert.errors import KcertError
 from kcert.registry import audit
@@ -81,11 +85,31 @@ def revoke_key(*, session: Session, keyid: str, reason: str) -> TrustedKeyPublic
     session.add(row)
     audit.record_event(session, audit.KEY_REVOKED, {"keyid": row.keyid, "reason": reason})
     session.flush()
+    _move_to_cosigners(session, row.keyid)
     signed = session.exec(select(Certificate.id).where(Certificate.keyid == row.keyid)).all()
     promotions = promotions_of_kernels(session, subjects_of(session, signed))
     recheck_promotions(session, promotions, cause=f"key {row.keyid} revoked")
     session.commit()
     return key_public(row)
+
+
+def _move_to_cosigners(session: Session, revoked: str) -> None:
+    """Name another live signer on each certificate ``revoked`` was the signer of, if any."""
+    live = set(trusted_public_keys(session))
+    rows = session.exec(select(Certificate).where(Certificate.keyid == revoked)).all()
+    events: list[tuple[str, dict[str, str]]] = []
+    for cert in rows:
+        signers = {s.keyid for s in parse_envelope(cert.envelope.encode("utf-8")).signatures}
+        others = sorted(k for k in signers & live if k is not None)
+        if not others:
+            continue
+        cert.keyid = others[0]
+        session.add(cert)
+        payload = {"certificate": cert.id, "keyid": cert.keyid, "previous": revoked}
+        events.append((audit.CERTIFICATE_RESIGNED, payload))
+    if events:
+        audit.record_events(session, events)
+        session.flush()
 
 
 def list_keys(*, session: Session) -> list[TrustedKeyPublic]:

@@ -135,7 +135,9 @@ class Certificate(CertificateBase, table=True):
     __table_args__ = (Index("ix_certificate_hw_fingerprint", "hw_class", "fingerprint"),)
 
     id: str = Field(primary_key=True, max_length=71)
-    #: The envelope as canonical JSON: its SHA-256 is the id.
+    #: The canonical envelope as RFC 8785 JSON: only signatures that verify against a
+    #: trusted key, one per key, ``keyid`` the real key id, sorted by it. The id is the
+    #: SHA-256 of its DSSE PAE, not of this JSON.
     envelope: str = Field(sa_type=Text)
     #: The recorded environment fields, to fingerprint over a target's own drift fields.
     environment: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
@@ -156,6 +158,18 @@ class CertificateSubject(SQLModel, table=True):
     digest: str = Field(primary_key=True, max_length=71)
     certificate_id: str = Field(primary_key=True, foreign_key="certificate.id", max_length=71)
     name: str = Field(default="", max_length=512)
+
+
+class CertificateAlias(SQLModel, table=True):
+    """An id from before migration 0004 (``sha256`` of the envelope's canonical JSON) and
+    the certificate it is now. The audit log keeps the old ids; replay resolves them here."""
+
+    __tablename__ = "certificate_alias"
+
+    old_id: str = Field(primary_key=True, max_length=71)
+    certificate_id: str = Field(foreign_key="certificate.id", index=True, max_length=71)
+    #: The envelope stored under ``old_id``, exactly: its canonical JSON hashes to it.
+    envelope: str = Field(sa_type=Text)
 
 
 class CertificatePublic(CertificateBase):

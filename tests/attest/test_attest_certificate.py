@@ -112,8 +112,9 @@ def test_certificate_id_is_stable_across_layouts(
     report: CertificationReport, signing_key: Ed25519PrivateKey
 ) -> None:
     envelope = sign_report(report, signing_key)
-    expected = Digest.of_bytes(canonical_json(envelope.to_json()))
+    expected = Digest.of_bytes(dsse.pae(envelope.payload_type, envelope.payload))
     assert certificate_id(envelope) == expected
+    assert expected != Digest.of_bytes(canonical_json(envelope.to_json()))
     document = envelope.to_json()
     respelled = {
         "signatures": [{"sig": base64.urlsafe_b64encode(envelope.signatures[0].sig)

@@ -230,13 +230,19 @@ def test_a_second_certificate_keeps_a_promotion_alive_through_one_revocation(
     first = make_certificate(signing_key, source="one kernel")
     second = make_certificate(other_key, source="one kernel")
     registry.push(first.envelope)
-    registry.push(second.envelope)
+    # The same statement signed by another key is the same certificate, co-signed.
+    assert first.id == second.id
+    cosigned = registry.push(second.envelope)
+    assert not cosigned.created and cosigned.log_index is not None
     kernel = Digest.parse(first.kernel)
     report(registry)
     registry.promote(kernel, "prod")
     registry.revoke_key(key_id(signing_key.public_key()), "rotated")
     gate = registry.gate(kernel, "prod")
     assert gate.allow and gate.certificate == second.id
+    with read_session(registry.engine) as session:
+        signer = get_certificate(session=session, certificate=second.id).keyid
+    assert signer == key_id(other_key.public_key())
     registry.revoke_key(key_id(other_key.public_key()), "rotated too")
     gate = registry.gate(kernel, "prod")
     assert not gate.allow
