@@ -72,6 +72,7 @@ ETC_FILES = (
 #: Mount point of the private writable folder inside the sandbox.
 INSIDE_TMP = "/tmp"
 
+_MIB = 1 << 20
 _GIB = 1 << 30
 
 
@@ -98,10 +99,13 @@ class Limits:
     memory_bytes: int | None  # through a cgroup, when one can be made
     open_files: int = 1024
     processes: int = 512
-    file_size_bytes: int = 2 * _GIB
+    #: Also bounds the worker's log (its stdout and stderr), which is a file on the host.
+    file_size_bytes: int = 64 * _MIB
     cpu_seconds: int = 4 * 3600
     #: The private /tmp (a tmpfs): module code, Triton's and CuPy's caches, scratch.
     tmp_bytes: int = 2 * _GIB
+    #: /dev/shm (a tmpfs too, as is the rest of a read-only /dev).
+    shm_bytes: int = 64 * _MIB
 
     @classmethod
     def for_child(cls, *, gpu: bool) -> Limits:
@@ -256,8 +260,7 @@ def command(
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     # the private /tmp first: binds made after it (a venv or a checkout under /tmp) stay visible
-    size = (limits or Limits.for_child(gpu=gpu)).tmp_bytes
-    args += ["--size", str(size), "--tmpfs", INSIDE_TMP]
+    args += ["--size", str(size_of(limits, gpu).tmp_bytes), "--tmpfs", INSIDE_TMP]
     for path in SYSTEM_PATHS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -274,11 +277,18 @@ def command(
         for device in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", device, device]
         args += ["--ro-bind-try", "/sys", "/sys"]
+    # /dev is a tmpfs too: read-only (its device nodes still work), and a capped /dev/shm
+    args += ["--size", str(size_of(limits, gpu).shm_bytes), "--tmpfs", "/dev/shm",
+             "--remount-ro", "/dev"]
     if share is not None:
         args += ["--bind", str(share), str(share)]
     # the sandbox's own root (where bwrap made /etc, /root, ... as mount points) read-only too
     args += ["--remount-ro", "/", "--chdir", INSIDE_TMP, "--", *argv]
     return args
+
+
+def size_of(limits: Limits | None, gpu: bool) -> Limits:
+    return limits or Limits.for_child(gpu=gpu)
 
 
 def python_paths(protected: Iterable[Path] = ()) -> list[Path]:
@@ -381,6 +391,7 @@ class ChildCgroup:
         folders: list[Path] = []
         try:
             for base, files in _cgroup_roots(limits):
+                _sweep(base)
                 folder = base / name
                 folder.mkdir()
                 folders.append(folder)
@@ -399,6 +410,18 @@ class ChildCgroup:
         for folder in self.folders:
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def _sweep(base: Path) -> None:
+    """Remove the empty cgroups of certifiers that died without cleaning up (SIGKILL)."""
+    for folder in base.glob("kcert-*-*"):
+        try:
+            owner = int(folder.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # refused while a process is still in it
 
 
 def _cgroup_roots(limits: Limits) -> list[tuple[Path, dict[str, str]]]:

@@ -67,7 +67,22 @@ LITERAL_ATTRIBUTES = frozenset(
 BANNED_NAMES = frozenset(
     {"__builtins__", "__import__", "eval", "exec", "compile", "open", "getattr", "setattr",
      "delattr", "hasattr", "globals", "locals", "vars", "dir", "breakpoint", "input", "help",
-     "exit", "quit", "type", "super", "memoryview"}
+     "exit", "quit", "type", "super", "memoryview",
+     # true under the interpreter, decided differently by the compiler: a kernel that asks
+     # (isinstance(a, float)) runs one branch on the CPU and another on the GPU
+     "isinstance", "issubclass", "callable", "id", "hash"}
+)  # fmt: skip
+#: The syntax a jit body may use: what Triton's code generator compiles (its ``visit_``
+#: methods; ``tests/certify/test_jit_rules.py`` checks this against the installed Triton),
+#: and the operator and context nodes inside them. Anything else (``match``, ``try``,
+#: ``raise``, ``del``, a lambda, ``*args``) is Python that only the interpreter would run.
+JIT_BODY_NODES: tuple[type[ast.AST], ...] = (
+    ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Assert, ast.Expr, ast.For, ast.If, ast.While,
+    ast.With, ast.withitem, ast.Return, ast.Pass,
+    ast.Attribute, ast.BinOp, ast.BoolOp, ast.Call, ast.Compare, ast.Constant, ast.IfExp,
+    ast.JoinedStr, ast.FormattedValue, ast.List, ast.ListComp, ast.comprehension, ast.Name,
+    ast.NamedExpr, ast.Slice, ast.Subscript, ast.Tuple, ast.UnaryOp, ast.keyword,
+    ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop,
 )  # fmt: skip
 
 #: What to do about a finding, unless a more specific fix exists.
@@ -466,6 +481,10 @@ class ModuleRules:
             return f"a nested {type(node).__name__.removesuffix('Def').lower()}"
         if isinstance(node, ast.Global | ast.Nonlocal):
             return f"a {type(node).__name__.lower()} statement"
+        if not isinstance(node, JIT_BODY_NODES):
+            kind = type(node).__name__
+            what = f"a {kind.lower()} statement" if isinstance(node, ast.stmt) else _describe(node)
+            return f"{what}, which Triton does not compile,"
         return None
 
 

@@ -89,7 +89,7 @@ def _terminate(signum: int, _frame: object) -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, _terminate)
     try:
         app(prog_name="kcert")

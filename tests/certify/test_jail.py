@@ -185,3 +185,46 @@ def test_an_ordinary_user_gets_the_same_sandbox() -> None:
         assert 0 < forks < 32  # the fork bomb stopped at the process limit
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_dev_is_read_only_and_dev_shm_is_capped(tmp_path: Path) -> None:
+    code = ("import os\n"
+            "os.write(os.open('/dev/null', os.O_WRONLY), b'devices still work')\n"
+            "for path in ('/dev/planted', '/dev/shm/../planted'):\n"
+            "    try:\n        open(path, 'w')\n        print('WROTE', path)\n"
+            "    except OSError:\n        pass\n"
+            "st = os.statvfs('/dev/shm'); print('SHM', st.f_blocks * st.f_frsize)\n")  # fmt: skip
+    done = _inside(code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "WROTE" not in done.stdout
+    size = int(done.stdout.split("SHM ", 1)[1].split()[0])
+    assert size == jail.Limits.for_child(gpu=False).shm_bytes
+
+
+def test_a_kernel_that_floods_its_output_is_stopped_at_the_file_size_limit() -> None:
+    from test_sandbox import job, kernel
+
+    from kcert.certify.execution import RunStatus
+    from kcert.certify.sandbox import Sandbox
+
+    with Sandbox(kernel("flood_stdout"), "triton-interpreter", deadline_s=60) as sandbox:
+        outcome = sandbox.run(job(sandbox.kernel, 8))
+    # Python ignores SIGXFSZ: the write past the limit fails (EFBIG) and the run with it
+    assert outcome.status is RunStatus.LAUNCH_ERROR
+    assert "File too large" in outcome.message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are made only for root")
+def test_cgroups_left_by_a_dead_certifier_are_swept() -> None:
+    limits = jail.Limits.for_child(gpu=False)
+    roots = jail._cgroup_roots(limits)
+    if not roots:
+        pytest.skip("no writable cgroup here")
+    dead = 2**22 + 7  # above pid_max's default: no process has it
+    stale = [base / f"kcert-{dead}-left" for base, _ in roots]
+    for folder in stale:
+        folder.mkdir()
+    made = jail.ChildCgroup.make(limits)
+    assert made is not None
+    made.remove()
+    assert not any(folder.exists() for folder in stale)

@@ -62,3 +62,18 @@ def test_without_triton_the_check_is_an_environment_error_not_an_empty_allowlist
             module_findings(b"import triton\n\n\n@triton.jit\ndef k(x):\n    x.to(x)\n")
     finally:
         triton_api.cache_clear()
+
+
+def test_jit_bodies_use_only_syntax_triton_compiles() -> None:
+    """JIT_BODY_NODES names statements and expressions Triton's code generator visits."""
+    import ast
+
+    from triton.compiler.code_generator import CodeGenerator
+
+    from kcert.certify.module_rules import JIT_BODY_NODES
+
+    visited = {n.removeprefix("visit_") for n in dir(CodeGenerator) if n.startswith("visit_")}
+    nodes = [n for n in JIT_BODY_NODES if issubclass(n, ast.stmt | ast.expr)]
+    # FormattedValue lives inside JoinedStr, which the code generator visits whole
+    assert {n.__name__ for n in nodes} - visited == {"FormattedValue"}
+    assert ast.Match not in JIT_BODY_NODES and ast.Try not in JIT_BODY_NODES

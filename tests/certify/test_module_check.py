@@ -155,7 +155,7 @@ HOSTILE: list[tuple[str, str | bytes, list[tuple[int, str]]]] = [
     ("__builtins__ in jit", kernel("b = __builtins__"), [(7, "a use of __builtins__")]),
     # the red team's chains: Triton's submodules import standard ones
     ("pkgutil to posix_spawn", kernel(
-        "tl.extra.pkgutil.zipimport._bootstrap_external._os.posix_spawn('/bin/sh', ['sh'], {})"),
+        "tl.extra.pkgutil.zipimport._bootstrap_external._os.posix_spawn('/bin/sh', ['sh'], None)"),
      [(7, "an attribute access (tl.extra.pkgutil) outside the public Triton API "
           "(triton.language.extra has no device function, class or dtype named pkgutil)")]),
     ("operator.attrgetter", kernel("f = tl.core.typing.operator.attrgetter('x')"),
@@ -203,6 +203,19 @@ HOSTILE: list[tuple[str, str | bytes, list[tuple[int, str]]]] = [
      [(1, "from triton.language.extra import pkgutil, which is not public Triton device API")]),
     ("private attribute in heuristics", decorated("@triton.heuristics({'B': lambda a: a._x})"),
      [(5, "Attribute (a._x) inside a heuristics lambda")]),
+    # the second red team: a match class pattern reads any attribute (print.__self__ is the
+    # builtins module), behind a test that is true only under the interpreter
+    ("match class pattern", kernel(
+        "if isinstance(n, int):\n        match print:\n"
+        "            case object(__self__=object(exec=ex)):\n                ex('1', {})"),
+     [(7, "a use of isinstance in @triton.jit k"),
+      (8, "a match statement, which Triton does not compile")]),
+    ("interpreter-only branch", kernel("if callable(x):\n        pass"),
+     [(7, "a use of callable in @triton.jit k")]),
+    ("try statement", kernel("try:\n        pass\n    except Exception:\n        pass"),
+     [(7, "a try statement, which Triton does not compile")]),
+    ("starred call", kernel("tl.store(*(x, x))"),
+     [(7, "Starred (*(x, x)), which Triton does not compile")]),
     ("annotation off a host module", "import triton\nimport triton.language as tl\n\n\n"
      "@triton.jit\ndef k(x: tl.core.typing.Any):\n    pass\n",
      [(6, "an annotation holding Attribute (tl.core.typing.Any) runs code")]),
@@ -225,7 +238,9 @@ def test_hostile_construct_is_refused_at_its_line(
 def test_a_chain_off_tl_may_name_only_public_triton_api() -> None:
     """The red team's road to the build child: ``tl.extra`` still holds its import loop's
     ``pkgutil``, and from there every module Python has loaded."""
-    source = kernel("tl.extra.pkgutil.zipimport._bootstrap_external._os.posix_spawn('sh', [], {})")
+    source = kernel(
+        "tl.extra.pkgutil.zipimport._bootstrap_external._os.posix_spawn('sh', [], None)"
+    )
     with pytest.raises(ModuleCodeError) as info:
         check_module(source.encode(), "kernels.py")
     assert info.value.diagnostics() == (

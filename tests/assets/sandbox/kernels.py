@@ -105,7 +105,15 @@ def _forge_huge_frame():
         time.sleep(0.05)
 
 
+def _flood_stdout():
+    # 256 MiB to stdout: the worker's log is a file on the host, bounded by RLIMIT_FSIZE
+    chunk = b"x" * (1 << 20)
+    for _ in range(256):
+        os.write(1, chunk)
+
+
 segfault = _Launcher(_segfault)
+flood_stdout = _Launcher(_flood_stdout)
 deep_header = _Launcher(_forge_deep_header)
 huge_frame = _Launcher(_forge_huge_frame)
 abort = _Launcher(os.abort)
