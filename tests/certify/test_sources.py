@@ -68,3 +68,17 @@ def test_the_reference_and_files_outside_are_never_read_as_includes(tmp_path: Pa
     log = str(report.checks[0].details.get("log", "")) + report.checks[0].message
     assert "cannot open source file" in log  # NVRTC, in the sandbox, cannot see them either
     assert "SECRET" not in log
+
+
+def test_a_header_that_links_to_the_reference_or_outside_is_not_read(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.cuh"
+    outside.write_text("#define SECRET_OUTSIDE 1\n")
+    spec = _spec(
+        tmp_path / "spec",
+        '#include "ref.cuh"\n#include "out.cuh"\n'
+        'extern "C" __global__ void k(float* x, int n) { x[0] = 1.0f; }\n',
+    )
+    (tmp_path / "spec" / "ref.cuh").symlink_to(tmp_path / "spec" / "reference.py")
+    (tmp_path / "spec" / "out.cuh").symlink_to(outside)
+    kernel = load_spec(spec).kernels[0]
+    assert kernel.code.includes == ()
