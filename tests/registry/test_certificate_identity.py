@@ -17,31 +17,20 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine, func
 from sqlmodel import select
+from test_registry import trust
 
 from kcert.attest.certificate import certificate_id, parse_envelope
 from kcert.attest.dsse import Envelope, Signature
 from kcert.attest.errors import CertificateFormatError
-from kcert.attest.keys import generate_private_key, key_id, public_key_hex
+from kcert.attest.keys import generate_private_key, key_id
 from kcert.digest import Digest
 from kcert.registry.certificates import get_envelope
 from kcert.registry.client import EmbeddedRegistry
-from kcert.registry.config import Settings
 from kcert.registry.db import read_session
 from kcert.registry.errors import CertificateRejected, PromotionDenied
 from kcert.registry.log_models import LogEntry
-from kcert.registry.models import Certificate, CertificateSubject, TargetCreate, TrustedKeyCreate
+from kcert.registry.models import Certificate, CertificateSubject, TargetCreate
 from kcert.registry.testing import MadeCertificate, gpu_environment, make_certificate
-
-
-@pytest.fixture
-def registry(engine: Engine, database_url: str) -> EmbeddedRegistry:
-    return EmbeddedRegistry(Settings(database_url=database_url), engine=engine)
-
-
-def trust(registry: EmbeddedRegistry, key: Ed25519PrivateKey, name: str = "ci") -> str:
-    public = key.public_key()
-    registry.trust_key(TrustedKeyCreate(name=name, public_key=public_key_hex(public)))
-    return key_id(public)
 
 
 def counts(engine: Engine) -> tuple[int, int, int]:

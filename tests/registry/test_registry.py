@@ -15,18 +15,12 @@ from kcert.digest import Digest
 from kcert.registry.audit import read_entries
 from kcert.registry.certificates import get_certificate
 from kcert.registry.client import EmbeddedRegistry
-from kcert.registry.config import Settings
 from kcert.registry.db import read_session, write_session
 from kcert.registry.errors import CertificateRejected, KeyConflict, NotFound, PromotionDenied
 from kcert.registry.log_models import LogEntry
 from kcert.registry.models import CertificateSubject, Promotion, TargetCreate, TrustedKeyCreate
 from kcert.registry.policy import PromotionInputs, decide_promotion
 from kcert.registry.testing import gpu_environment, make_certificate
-
-
-@pytest.fixture
-def registry(engine: Engine, database_url: str) -> EmbeddedRegistry:
-    return EmbeddedRegistry(Settings(database_url=database_url), engine=engine)
 
 
 def trust(registry: EmbeddedRegistry, key: Ed25519PrivateKey, name: str = "ci") -> str:
