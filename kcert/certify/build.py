@@ -21,20 +21,15 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from kcert.certify.build_child import (
-    ChildBuildError,
-    ChildBuilds,
-    ChildCompilerMissing,
-    RawBuild,
-    build_in_child,
-)
+from kcert.certify.build_child import RawBuild, build_in_child
 from kcert.certify.environment import HW_CLASSES
+from kcert.certify.errors import BuildError, CompilerUnavailable
 from kcert.certify.report import BuildRecord, Resources
 from kcert.certify.sources import SourceBundle
 from kcert.certify.spec import KernelSpec
@@ -51,26 +46,6 @@ DEFAULT_HW = "H100"
 _ARCH = re.compile(r"^sm_(\d{2,3})[af]?$")
 #: Bumped whenever the cached layout or the way a build is made changes.
 _CACHE_FORMAT = 3
-
-
-class BuildError(KcertError):
-    """The kernel did not compile (or compiled to something unusable); carries the log."""
-
-    kind = "build-failed"
-
-    def __init__(self, message: str, *, log: str = "") -> None:
-        self.message, self.log = message, log
-        super().__init__(message)
-
-    def diagnostics(self) -> str:
-        log = self.log.strip()
-        return f"{self.message}\n{log}" if log else self.message
-
-
-class CompilerUnavailable(KcertError):
-    """The compiler itself cannot be loaded here: an environment problem, not the kernel's."""
-
-    kind = "environment"
 
 
 class ArchError(KcertError):
@@ -297,7 +272,7 @@ def build_cuda(
         ptx, cubin, log = stored
         cached = True
     else:
-        raw = _in_child(kernel, arch, sandbox).builds[0]
+        raw = build_in_child(kernel, arch=arch, sandbox=sandbox).builds[0]
         ptx, cubin, log = raw.ptx, raw.cubin, raw.log
         if use_cache:
             store_cached(key, ptx, cubin, log)
@@ -305,18 +280,6 @@ def build_cuda(
     return finish_build(
         kernel.entry, "cuda", arch, options, compiler, ptx, cubin, log, cached=cached
     )
-
-
-def _in_child(
-    kernel: KernelSpec, arch: str, sandbox: bool, const_sets: Sequence[Mapping[str, int]] = ()
-) -> ChildBuilds:  # fmt: skip
-    """Run the compile in a sandboxed child; its failures become this module's errors."""
-    try:
-        return build_in_child(kernel, arch=arch, const_sets=const_sets, sandbox=sandbox)
-    except ChildCompilerMissing as exc:
-        raise CompilerUnavailable(str(exc)) from exc
-    except ChildBuildError as exc:
-        raise BuildError(exc.message, log=exc.log) from exc
 
 
 def compile_cuda(kernel: KernelSpec, arch: str) -> RawBuild:

@@ -21,33 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcert.certify import spares
+from kcert.certify.errors import BuildError, CompilerUnavailable
 from kcert.certify.frames import Frames, ProtocolError
 from kcert.certify.spec import KernelSpec
-from kcert.errors import KcertError
 
 #: Seconds one build child may take, start-up and every const assignment together.
 BUILD_DEADLINE_S = 300.0
 #: The most one PTX or cubin may take.
 MAX_ARTIFACT_BYTES = 256 << 20
 _LOG_TAIL = 4000
-
-
-class ChildBuildError(KcertError):
-    """The child reported that the kernel does not build (the kernel's fault)."""
-
-    kind = "build-error"
-
-    def __init__(
-        self, message: str, log: str = "", arg_names: tuple[str, ...] | None = None
-    ) -> None:  # fmt: skip
-        super().__init__(message)
-        self.message, self.log, self.arg_names = message, log, arg_names
-
-
-class ChildCompilerMissing(KcertError):
-    """The child reported that the compiler is not available here (the environment's fault)."""
-
-    kind = "compiler-unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +78,12 @@ def _answer(worker: spares.WorkerProcess, deadline: float, limit: float) -> Chil
     if not header.get("ok"):
         message = str(header.get("message", "the build failed"))
         if header.get("status") == "environment":
-            raise ChildCompilerMissing(message)
-        raise ChildBuildError(message, str(header.get("log", "")), _names(header))
+            raise CompilerUnavailable(message)
+        raise BuildError(message, log=str(header.get("log", "")), arg_names=_names(header))
     builds: list[RawBuild] = []
     entries = header.get("builds")
     if not isinstance(entries, list) or not entries:
-        raise ChildBuildError("the build process sent a malformed answer")
+        raise BuildError("the build process sent a malformed answer")
     for entry in entries:
         try:
             ptx = _frame(worker, deadline)
@@ -109,7 +91,7 @@ def _answer(worker: spares.WorkerProcess, deadline: float, limit: float) -> Chil
             builds.append(RawBuild(tuple(str(o) for o in entry["options"]), str(entry["compiler"]),
                                    ptx, cubin, str(entry["log"])))  # fmt: skip
         except (KeyError, TypeError) as exc:
-            raise ChildBuildError("the build process sent a malformed answer") from exc
+            raise BuildError("the build process sent a malformed answer") from exc
     return ChildBuilds(tuple(builds), _names(header))
 
 
@@ -121,20 +103,20 @@ def _names(header: dict[str, Any]) -> tuple[str, ...] | None:
 def _receive(worker: spares.WorkerProcess, deadline: float, limit: float) -> dict[str, Any]:
     frames = Frames(worker.inbox.fileno())
     if not frames.ready(deadline):
-        raise ChildBuildError(f"the build took longer than {limit:g} s and was stopped")
+        raise BuildError(f"the build took longer than {limit:g} s and was stopped")
     try:
         return frames.header(deadline)
     except ProtocolError as exc:
-        raise ChildBuildError(f"the build process broke the protocol: {exc}",
-                              _tail(worker)) from exc  # fmt: skip
+        raise BuildError(f"the build process broke the protocol: {exc}",
+                         log=_tail(worker)) from exc  # fmt: skip
 
 
 def _frame(worker: spares.WorkerProcess, deadline: float) -> bytes:
     try:
         return Frames(worker.inbox.fileno()).read(MAX_ARTIFACT_BYTES, deadline)
     except ProtocolError as exc:
-        raise ChildBuildError(f"the build process broke the protocol: {exc}",
-                              _tail(worker)) from exc  # fmt: skip
+        raise BuildError(f"the build process broke the protocol: {exc}",
+                         log=_tail(worker)) from exc  # fmt: skip
 
 
 def _tail(worker: spares.WorkerProcess) -> str:

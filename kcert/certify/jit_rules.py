@@ -24,7 +24,7 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kcert.certify.build import CompilerUnavailable
+from kcert.certify.errors import CompilerUnavailable
 
 #: The modules a kernel may reach, and the submodules each may name. Every other
 #: submodule (``core``, ``random``, ``target_info``, ``runtime``...) and every module

@@ -12,7 +12,8 @@ import itertools
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kcert.certify.build import Build, BuildError, build_cuda, ptx_param_sizes
+from kcert.certify.build import Build, build_cuda, ptx_param_sizes
+from kcert.certify.errors import BuildError
 from kcert.certify.module_check import check_module
 from kcert.certify.report import CheckResult, Resources, Status
 from kcert.certify.spec import BufferArg, KernelSpec, ScalarArg, SpecError

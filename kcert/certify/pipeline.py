@@ -168,7 +168,8 @@ class _Certifier:
 
     def _build(self, executor: str) -> tuple[list[CheckResult], Any, BuildRecord | None]:
         """``build`` and ``artifact`` checks from lint; the CUDA build the sandbox runs."""
-        from kcert.certify.build import DEFAULT_HW, BuildError, CompilerUnavailable, arch_for_hw
+        from kcert.certify.build import DEFAULT_HW, arch_for_hw
+        from kcert.certify.errors import BuildError, CompilerUnavailable
         from kcert.certify.lint import lint
 
         if executor == "cuda" or executor == "triton":

@@ -24,21 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kcert.certify.build import (
-    Build,
-    BuildError,
-    CompilerUnavailable,
-    check_arch,
-    finish_build,
-    load_cached,
-    store_cached,
-)
-from kcert.certify.build_child import (
-    ChildBuildError,
-    ChildCompilerMissing,
-    RawBuild,
-    build_in_child,
-)
+from kcert.certify.build import Build, check_arch, finish_build, load_cached, store_cached
+from kcert.certify.build_child import RawBuild, build_in_child
+from kcert.certify.errors import BuildError, CompilerUnavailable
 from kcert.certify.executors.base import Fault, import_code
 from kcert.certify.spec import BufferArg, ConstArg, KernelSpec, ScalarArg, SpecError
 from kcert.digest import Digest
@@ -179,12 +167,10 @@ def build_triton_sets(
     if missing:
         try:
             child = build_in_child(kernel, arch=arch, const_sets=missing, sandbox=sandbox)
-        except ChildCompilerMissing as exc:
-            raise CompilerUnavailable(str(exc)) from exc
-        except ChildBuildError as exc:
+        except BuildError as exc:
             if exc.arg_names is not None:
                 check_arguments(kernel, exc.arg_names)  # a wrong spec says so, not "no compile"
-            raise BuildError(exc.message, log=exc.log) from exc
+            raise
         check_arguments(kernel, child.arg_names or ())
         if len(child.builds) != len(missing):
             raise BuildError("the build process answered for the wrong number of builds")

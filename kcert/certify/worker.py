@@ -197,7 +197,8 @@ def serve(inbox: Connection, outbox: Connection) -> int:
 
 def _serve_build(outbox: Connection, kernel: KernelSpec, init: dict[str, Any]) -> int:
     """Compile ``kernel`` for each const assignment; one header, then PTX and cubin frames."""
-    from kcert.certify.build import BuildError, CompilerUnavailable, compile_cuda
+    from kcert.certify.build import compile_cuda
+    from kcert.certify.errors import BuildError, CompilerUnavailable
 
     arg_names: list[str] | None = None
     try:

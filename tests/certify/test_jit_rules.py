@@ -10,7 +10,7 @@ import pytest
 import triton
 import triton.language as tl
 
-from kcert.certify.build import CompilerUnavailable
+from kcert.certify.errors import CompilerUnavailable
 from kcert.certify.jit_rules import API_SUBMODULES, triton_api
 from kcert.certify.module_check import module_findings
 
