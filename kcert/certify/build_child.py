@@ -23,7 +23,7 @@ from typing import Any
 from kcert.certify import spares
 from kcert.certify.errors import BuildError, CompilerUnavailable
 from kcert.certify.frames import Frames, ProtocolError
-from kcert.certify.spec import KernelSpec
+from kcert.certify.spec import ConstValue, KernelSpec
 
 #: Seconds one build child may take, start-up and every const assignment together.
 BUILD_DEADLINE_S = 300.0
@@ -55,7 +55,7 @@ def kind_for(kernel: KernelSpec) -> str:
 
 
 def build_in_child(
-    kernel: KernelSpec, *, arch: str, const_sets: Sequence[Mapping[str, int]] = (),
+    kernel: KernelSpec, *, arch: str, const_sets: Sequence[Mapping[str, ConstValue]] = (),
     sandbox: bool = True, deadline_s: float = BUILD_DEADLINE_S,
 ) -> ChildBuilds:  # fmt: skip
     """Compile ``kernel`` for ``arch`` (each const assignment, for Triton) in a fresh child."""

@@ -16,7 +16,7 @@ from kcert.certify.build import Build, build_cuda, ptx_param_sizes
 from kcert.certify.errors import BuildError
 from kcert.certify.module_check import check_module
 from kcert.certify.report import CheckResult, Resources, Status
-from kcert.certify.spec import BufferArg, KernelSpec, ScalarArg, SpecError
+from kcert.certify.spec import BufferArg, KernelSpec, NoneArg, ScalarArg, SpecError
 from kcert.certify.triton_build import build_triton_sets, const_sets
 
 _DTYPE_BYTES = {
@@ -141,7 +141,7 @@ def _parameter_mismatch(kernel: KernelSpec, build: Build) -> str | None:
             f"{len(kernel.args)}: list every parameter, in order"
         )
     for arg, size in zip(kernel.args, sizes, strict=True):
-        if isinstance(arg, BufferArg):
+        if isinstance(arg, BufferArg | NoneArg):
             expected, what = _POINTER_BYTES, "a pointer"
         elif isinstance(arg, ScalarArg):
             expected, what = _DTYPE_BYTES[arg.dtype], f"a {arg.dtype} scalar"

@@ -180,7 +180,9 @@ def make_inputs(kernel: KernelSpec, probe: Probe) -> dict[str, np.ndarray[Any, A
         if buf.intent is Intent.OUT:
             continue
         shape = probe.launch.shapes[buf.name]
-        domain = kernel.values.get(buf.name, ValueDomain("auto"))
+        # a domain over the dims (``uniform(-1, n)``) comes evaluated with the launch
+        domain = probe.launch.domains.get(buf.name) or kernel.values.get(buf.name,
+                                                                         ValueDomain("auto"))
         stream = _Stream([probe.seed, _name_word(buf.name)])
         inputs[buf.name] = draw_values(stream, buf, domain, shape)
     return inputs

@@ -24,7 +24,15 @@ from typing import Any
 import numpy as np
 
 from kcert.certify.executors.base import host_dtype
-from kcert.certify.spec import FLOAT_DTYPES, BufferArg, ConstArg, Intent, KernelSpec, Launch
+from kcert.certify.spec import (
+    FLOAT_DTYPES,
+    BufferArg,
+    ConstArg,
+    Intent,
+    KernelSpec,
+    Launch,
+    NoneArg,
+)
 from kcert.digest import Digest
 from kcert.errors import KcertError
 
@@ -63,6 +71,8 @@ class Reference:
                 kwargs[arg.name] = self._argument(arg, inputs, launch)
             elif isinstance(arg, ConstArg):
                 kwargs[arg.name] = launch.consts[arg.name]
+            elif isinstance(arg, NoneArg):
+                kwargs[arg.name] = None
             else:
                 kwargs[arg.name] = launch.scalars[arg.name]
         where = f"{self.text} (kernel '{self.kernel.name}', probe {probe or '?'})"
@@ -101,6 +111,9 @@ class Reference:
             array = np.asarray(value)
         except Exception as exc:
             raise ReferenceFailure(f"{where}: output '{out.name}' is not an array: {exc}") from exc
+        if _narrow_float(array.dtype):
+            # a reference that rounds like the kernel (ml_dtypes' bfloat16, float8...)
+            array = array.astype(np.float64)
         if array.dtype.kind not in "biuf":
             raise ReferenceFailure(f"{where}: output '{out.name}' has dtype {array.dtype}; "
                                    "return numbers")  # fmt: skip
@@ -119,6 +132,19 @@ class Reference:
                 raise ReferenceFailure(f"{where}: integer output '{out.name}' has NaN or Inf")
             array = np.rint(array)
         return array.astype(target)
+
+
+def _narrow_float(dtype: np.dtype[Any]) -> bool:
+    """ml_dtypes' floats (bfloat16, float8_*): NumPy sees them as kind 'V'."""
+    if dtype.kind != "V" or dtype.fields is not None:
+        return False
+    try:
+        import ml_dtypes
+
+        ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
+    except (ImportError, ValueError, TypeError):
+        return False
+    return True
 
 
 def _load_module(path: Path, kernel: KernelSpec) -> ModuleType:

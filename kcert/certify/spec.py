@@ -40,6 +40,11 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BUFFER = re.compile(r"^(in|out|inout)\s+([a-z0-9]+)\s*\[(.*)\]$", re.S)
 _ASSIGN = re.compile(r"^([a-z0-9]+)\s*=\s*(.+)$", re.S)
 _DOMAIN = re.compile(r"^(normal|uniform)\s*\(\s*([^,()]+)\s*,\s*([^,()]+)\s*\)$")
+#: ``const float = 1e-5``, ``const str = "gelu"``: constexprs that are not integers.
+_TYPED_CONST = re.compile(r"^const\s+(float|str)\s*=\s*(.+)$", re.S)
+_STRING_CONST = re.compile(r"""^(["'])([A-Za-z0-9_.:+-]{0,64})\1$""")
+#: An unused pointer parameter: Triton gets ``None``, CUDA C a null pointer.
+NONE_ARG = "none"
 _MAX_DIM_VALUES = 64
 
 
@@ -97,16 +102,35 @@ class ScalarArg:
 
 @dataclass(frozen=True, slots=True)
 class ConstArg:
-    """A Triton ``tl.constexpr`` parameter."""
+    """A Triton ``tl.constexpr`` parameter: an integer, a float or a string."""
 
     name: str
-    value: Expr
+    value: Expr | str
+    kind: Literal["int", "float", "str"] = "int"
 
     def spec_text(self) -> str:
-        return f"const = {self.value.text}"
+        if isinstance(self.value, str):
+            return f'const str = "{self.value}"'
+        head = "const" if self.kind == "int" else f"const {self.kind}"
+        return f"{head} = {self.value.text}"
+
+    def names(self) -> frozenset[str]:
+        return frozenset() if isinstance(self.value, str) else self.value.names()
 
 
-Arg = BufferArg | ScalarArg | ConstArg
+@dataclass(frozen=True, slots=True)
+class NoneArg:
+    """A pointer parameter the kernel does not use: Triton gets ``None``, CUDA C a null pointer."""
+
+    name: str
+
+    def spec_text(self) -> str:
+        return NONE_ARG
+
+
+Arg = BufferArg | ScalarArg | ConstArg | NoneArg
+#: A constexpr's value as the kernel and the reference get it.
+ConstValue = int | float | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +146,13 @@ class ValueDomain:
     kind: Literal["auto", "normal", "uniform"]
     a: float = 0.0
     b: float = 0.0
+    #: Bounds that depend on the dims, scalars or consts (``uniform(-1, n)``): evaluated
+    #: for each probe by :meth:`KernelSpec.bind`; ``a`` and ``b`` are then unused.
+    bounds: tuple[Expr, Expr] | None = None
 
     def spec_text(self) -> str:
+        if self.bounds is not None:
+            return f"{self.kind}({self.bounds[0].text}, {self.bounds[1].text})"
         return "auto" if self.kind == "auto" else f"{self.kind}({self.a!r}, {self.b!r})"
 
 
@@ -165,11 +194,13 @@ class Launch:
 
     dims: Mapping[str, int]
     scalars: Mapping[str, Number]
-    consts: Mapping[str, int]
+    consts: Mapping[str, ConstValue]
     shapes: Mapping[str, tuple[int, ...]]
     grid: tuple[int, ...]
     block: tuple[int, ...]
     shared_mem: int
+    #: Value domains whose bounds depend on this launch, evaluated (buffer -> domain).
+    domains: Mapping[str, ValueDomain] = field(default_factory=dict)
 
     def elements(self) -> int:
         return sum(math.prod(shape) for shape in self.shapes.values())
@@ -199,6 +230,9 @@ class KernelSpec:
     build_options: tuple[str, ...] = ()
     num_warps: int | None = None
     _table: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: Scalars and consts in the order they can be evaluated (each after what it names);
+    #: empty: the order they are listed in.
+    order: tuple[str, ...] = ()
 
     @property
     def buffers(self) -> tuple[BufferArg, ...]:
@@ -252,9 +286,13 @@ class KernelSpec:
             raise self.error("dims", f"no value for dim(s) {', '.join(sorted(missing))}")
         env: dict[str, Number] = dict(dims)
         scalars: dict[str, Number] = {}
-        consts: dict[str, int] = {}
+        consts: dict[str, ConstValue] = {}
+        by_name = {a.name: a for a in self.args}
+        order = self.order or tuple(a.name for a in self.args
+                                    if isinstance(a, ScalarArg | ConstArg))  # fmt: skip
         try:
-            for arg in self.args:
+            for name in order:
+                arg = by_name[name]
                 if isinstance(arg, ScalarArg):
                     value = arg.value.evaluate(env)
                     if arg.dtype not in FLOAT_DTYPES and not isinstance(value, int):
@@ -262,8 +300,9 @@ class KernelSpec:
                     scalars[arg.name] = float(value) if arg.dtype in FLOAT_DTYPES else value
                     env[arg.name] = scalars[arg.name]
                 elif isinstance(arg, ConstArg):
-                    consts[arg.name] = arg.value.evaluate_int(env)
-                    env[arg.name] = consts[arg.name]
+                    consts[arg.name] = self._const_value(arg, env)
+                    if not isinstance(consts[arg.name], str):
+                        env[arg.name] = consts[arg.name]  # type: ignore[assignment]
             shapes = {b.name: tuple(e.evaluate_int(env) for e in b.shape) for b in self.buffers}
             grid = tuple(e.evaluate_int(env) for e in self.grid)
             block = tuple(e.evaluate_int(env) for e in self.block)
@@ -275,7 +314,35 @@ class KernelSpec:
                 raise self.error(f"args.{name}", f"negative extent {shape} with dims {dict(dims)}")
         if any(g < 1 for g in grid):
             raise self.error("grid", f"grid {grid} has an empty axis with dims {dict(dims)}")
-        return Launch(dict(dims), scalars, consts, shapes, grid, block, shared_mem)
+        domains = {name: self._bound_domain(name, domain, env, dims)
+                   for name, domain in self.values.items() if domain.bounds is not None}
+        return Launch(dict(dims), scalars, consts, shapes, grid, block, shared_mem, domains)
+
+    def _const_value(self, arg: ConstArg, env: Mapping[str, Number]) -> ConstValue:
+        if isinstance(arg.value, str):
+            return arg.value
+        if arg.kind == "float":
+            return float(arg.value.evaluate(env))
+        value = arg.value.evaluate(env)
+        if not isinstance(value, int):
+            raise ExprError(f"'{arg.value.text}' must give an integer, got {value!r} (a float "
+                            f"constexpr is written {arg.name} = \"const float = ...\")")
+        return value
+
+    def _bound_domain(self, name: str, domain: ValueDomain, env: Mapping[str, Number],
+                      dims: Mapping[str, int]) -> ValueDomain:  # fmt: skip
+        """A domain with bounds over the launch (``uniform(-1, n)``), evaluated for it."""
+        assert domain.bounds is not None
+        try:
+            a, b = (float(e.evaluate(env)) for e in domain.bounds)
+        except ExprError as exc:
+            raise self.error(f"values.{name}", f"with dims {dict(dims)}: "
+                             f"{exc.diagnostics()}") from exc  # fmt: skip
+        problem = _domain_problem(domain.kind, a, b)
+        if problem is not None:
+            raise self.error(f"values.{name}", f"{domain.spec_text()} with dims {dict(dims)} "
+                             f"gives ({a!r}, {b!r}): {problem}")  # fmt: skip
+        return ValueDomain(domain.kind, a, b)
 
     def error(self, key: str, message: str) -> SpecError:
         return SpecError(message, file=self.spec_path, kernel=self.name, key=key)
@@ -449,7 +516,7 @@ class _Table:
         baseline = self.callable("baseline", required=False)
         dims = self.dims()
         args = self.args(set(dims))
-        names = set(dims) | {a.name for a in args if not isinstance(a, BufferArg)}
+        names = set(dims) | _numeric_names(args)
         grid = self.launch_axes("grid", names)
         if language == "cuda":
             block = self.launch_axes("block", names)
@@ -475,8 +542,9 @@ class _Table:
             name=name, spec_path=self.path, source=source, language=language, entry=entry,
             reference=reference, baseline=baseline, grid=grid, block=block,
             shared_mem=shared_mem, dims=dims, args=args, tolerance=self.tolerance(),
-            values=self.values(buffers), artifact=self.artifact(), probes=self.probe_settings(),
-            code=code, build_options=tuple(options), num_warps=num_warps, _table=dict(self.t),
+            values=self.values(buffers, names), artifact=self.artifact(),
+            probes=self.probe_settings(), code=code, build_options=tuple(options),
+            num_warps=num_warps, _table=dict(self.t), order=self.evaluation_order(args),
         )  # fmt: skip
 
     def callable(self, key: str, *, required: bool) -> Callable_ | None:
@@ -524,7 +592,10 @@ class _Table:
         if not table:
             raise self.fail("args", "must list every kernel parameter in order")
         args: list[Arg] = []
-        known = set(dims)
+        # a scalar or const may name any other one, listed before or after it: the
+        # parameters are in the kernel's order, which need not be the order they are computed in
+        known = set(dims) | {name for name, text in table.items()
+                             if isinstance(text, str) and _numeric_text(text.strip())}
         for arg_name, text in table.items():
             key = f"args.{arg_name}"
             if not _IDENT.match(arg_name):
@@ -532,8 +603,7 @@ class _Table:
             if not isinstance(text, str):
                 raise self.fail(key, "must be a string such as \"in f32[n]\" or \"i32 = n\"")
             args.append(self.arg(key, arg_name, text.strip(), known))
-            known.add(arg_name)
-        scalar_names = known
+        scalar_names = set(dims) | _numeric_names(args)
         for arg in args:
             if isinstance(arg, BufferArg):
                 for e in arg.shape:
@@ -561,6 +631,17 @@ class _Table:
                 except ExprError as exc:
                     raise self.fail(key, exc.diagnostics()) from exc
             return BufferArg(name, Intent(intent), dtype, tuple(shape))
+        if text == NONE_ARG:
+            return NoneArg(name)
+        if match := _TYPED_CONST.match(text):
+            kind, value = match.groups()
+            if kind == "float":
+                return ConstArg(name, self.expr(key, value, known), "float")
+            literal = _STRING_CONST.match(value.strip())
+            if literal is None:
+                raise self.fail(key, f"{value.strip()!r} must be a quoted string of at most 64 "
+                                "letters, digits or _ . : + - (e.g. const str = \"gelu\")")
+            return ConstArg(name, literal.group(2), "str")
         if match := _ASSIGN.match(text):
             head, value = match.groups()
             if head == "const":
@@ -568,7 +649,8 @@ class _Table:
             self.dtype(key, head)
             return ScalarArg(name, head, self.expr(key, value, known))
         raise self.fail(key, f"'{text}' is neither a buffer ('in|out|inout dtype[shape]'), "
-                        "a scalar ('dtype = expr') nor a const ('const = expr')")  # fmt: skip
+                        "a scalar ('dtype = expr'), a const ('const = expr', 'const float = "
+                        "expr', 'const str = \"text\"') nor an unused pointer ('none')")
 
     def dtype(self, key: str, dtype: str) -> None:
         if dtype not in DTYPES:
@@ -598,7 +680,37 @@ class _Table:
             result[dtype] = Tolerance(*bounds)
         return result
 
-    def values(self, buffers: Mapping[str, BufferArg]) -> dict[str, ValueDomain]:
+    def evaluation_order(self, args: tuple[Arg, ...]) -> tuple[str, ...]:
+        """Scalars and consts, each after the ones its expression names; a cycle is an error."""
+        computed = [a for a in args if isinstance(a, ScalarArg | ConstArg)]
+        index = {a.name: i for i, a in enumerate(computed)}
+        dims = set(self.t.get("dims", {}))
+        # ``n = "i32 = n"``: a name that is a dim too means the dim, unless the arg of that
+        # name is listed earlier (as it always did)
+        deps = {a.name: {d for d in (a.value.names() if isinstance(a, ScalarArg) else a.names())
+                         if d in index and (d not in dims or index[d] < index[a.name])}
+                for a in computed}  # fmt: skip
+        order: list[str] = []
+        state: dict[str, int] = {}  # 1: being visited, 2: done
+
+        def visit(name: str, path: tuple[str, ...]) -> None:
+            if state.get(name) == 2:
+                return
+            if state.get(name) == 1:
+                cycle = " -> ".join((*path[path.index(name):], name))
+                raise self.fail(f"args.{name}", f"refers to itself through {cycle}")
+            state[name] = 1
+            for dep in sorted(deps[name]):
+                visit(dep, (*path, name))
+            state[name] = 2
+            order.append(name)
+
+        for name in deps:
+            visit(name, ())
+        return tuple(order)
+
+    def values(self, buffers: Mapping[str, BufferArg],
+               names: set[str] | None = None) -> dict[str, ValueDomain]:  # fmt: skip
         table = self.get("values", dict, {})
         result: dict[str, ValueDomain] = {}
         for arg_name, text in table.items():
@@ -616,12 +728,17 @@ class _Table:
             try:
                 a, b = float(match.group(2)), float(match.group(3))
             except ValueError as exc:
-                raise self.fail(key, f"{text!r} has a bound that is not a number") from exc
+                if names is None or not _NAME_IN.search(match.group(2) + match.group(3)):
+                    raise self.fail(key, f"{text!r} has a bound that is not a number") from exc
+                # bounds over the dims, scalars or consts: evaluated for each probe
+                bounds = (self.expr(key, match.group(2), names),
+                          self.expr(key, match.group(3), names))  # fmt: skip
+                result[arg_name] = ValueDomain(match.group(1), bounds=bounds)  # type: ignore[arg-type]
+                continue
             kind = match.group(1)
-            if not all(abs(v) < 1e300 for v in (a, b)):
-                raise self.fail(key, "bounds must be finite")
-            if kind == "normal" and b < 0 or kind == "uniform" and not a < b:
-                raise self.fail(key, "needs sigma >= 0" if kind == "normal" else "needs lo < hi")
+            problem = _domain_problem(kind, a, b)
+            if problem is not None:
+                raise self.fail(key, problem)
             result[arg_name] = ValueDomain(kind, a, b)  # type: ignore[arg-type]
         return result
 
@@ -657,6 +774,31 @@ class _Table:
                     raise self.fail(f"probes.{key}", f"{v!r} must be an integer in [{lo}, {hi}]")
                 values[key] = v
         return ProbeSettings(**values)
+
+
+_NAME_IN = re.compile(r"[A-Za-z_]")
+
+
+def _domain_problem(kind: str, a: float, b: float) -> str | None:
+    if not all(abs(v) < 1e300 for v in (a, b)):
+        return "bounds must be finite"
+    if kind == "normal" and b < 0 or kind == "uniform" and not a < b:
+        return "needs sigma >= 0" if kind == "normal" else "needs lo < hi"
+    return None
+
+
+def _numeric_text(text: str) -> bool:
+    """An arg's text declares a number an expression may name (a scalar, an int or float const)."""
+    if _BUFFER.match(text) or text == NONE_ARG:
+        return False
+    typed = _TYPED_CONST.match(text)
+    return typed is None or typed.group(1) == "float"
+
+
+def _numeric_names(args: tuple[Arg, ...] | list[Arg]) -> set[str]:
+    """Names expressions may use: scalars, and int or float consts (not strings, not none)."""
+    return {a.name for a in args
+            if isinstance(a, ScalarArg) or isinstance(a, ConstArg) and a.kind != "str"}
 
 
 def _split_extents(text: str) -> list[str]:

@@ -28,7 +28,15 @@ from kcert.certify.build import Build, check_arch, finish_build, load_cached, st
 from kcert.certify.build_child import RawBuild, build_in_child
 from kcert.certify.errors import BuildError, CompilerUnavailable
 from kcert.certify.executors.base import Fault, import_code
-from kcert.certify.spec import BufferArg, ConstArg, KernelSpec, ScalarArg, SpecError
+from kcert.certify.spec import (
+    BufferArg,
+    ConstArg,
+    ConstValue,
+    KernelSpec,
+    NoneArg,
+    ScalarArg,
+    SpecError,
+)
 from kcert.digest import Digest
 
 _TRITON_TYPES = {
@@ -101,7 +109,7 @@ def check_arguments(kernel: KernelSpec, params: Sequence[str]) -> None:
     )
 
 
-def const_sets(kernel: KernelSpec) -> list[dict[str, int]]:
+def const_sets(kernel: KernelSpec) -> list[dict[str, ConstValue]]:
     """Distinct const assignments over the dims' values (at most :data:`MAX_CONST_SETS`).
 
     The largest dims are visited first, so a cap keeps the assignments most
@@ -111,7 +119,7 @@ def const_sets(kernel: KernelSpec) -> list[dict[str, int]]:
         return [{}]
     names = list(kernel.dims)
     values = [sorted(kernel.dims[n], reverse=True) for n in names]
-    found: list[dict[str, int]] = []
+    found: list[dict[str, ConstValue]] = []
     for combo in itertools.islice(itertools.product(*values), _MAX_DIM_COMBINATIONS):
         try:
             consts = dict(kernel.bind(dict(zip(names, combo, strict=True))).consts)
@@ -126,7 +134,7 @@ def const_sets(kernel: KernelSpec) -> list[dict[str, int]]:
     return found
 
 
-def _signature(kernel: KernelSpec, consts: Mapping[str, int]) -> dict[str, str]:
+def _signature(kernel: KernelSpec, consts: Mapping[str, ConstValue]) -> dict[str, str]:
     signature: dict[str, str] = {}
     for arg in kernel.args:
         if isinstance(arg, BufferArg):
@@ -138,8 +146,8 @@ def _signature(kernel: KernelSpec, consts: Mapping[str, int]) -> dict[str, str]:
     return signature
 
 
-def _cache_key(kernel: KernelSpec, arch: str, consts: Mapping[str, int]) -> tuple[Digest, str,
-                                                                                tuple[str, ...]]:
+def _cache_key(kernel: KernelSpec, arch: str,
+               consts: Mapping[str, ConstValue]) -> tuple[Digest, str, tuple[str, ...]]:
     triton = _triton()
     num_warps = kernel.num_warps or _DEFAULT_NUM_WARPS
     options = (f"num_warps={num_warps}", *(f"{k}={v}" for k, v in sorted(consts.items())))
@@ -153,7 +161,7 @@ def _cache_key(kernel: KernelSpec, arch: str, consts: Mapping[str, int]) -> tupl
 
 
 def build_triton_sets(
-    kernel: KernelSpec, *, arch: str, const_sets: Sequence[Mapping[str, int]],
+    kernel: KernelSpec, *, arch: str, const_sets: Sequence[Mapping[str, ConstValue]],
     use_cache: bool = True, sandbox: bool = True,
 ) -> tuple[Build, ...]:  # fmt: skip
     """Compile a Triton kernel for ``arch`` once per const assignment, in one sandboxed child."""
@@ -191,7 +199,7 @@ def build_triton_sets(
 
 
 def compile_triton(
-    kernel: KernelSpec, fn: Any, arch: str, const_sets: Sequence[Mapping[str, int]]
+    kernel: KernelSpec, fn: Any, arch: str, const_sets: Sequence[Mapping[str, ConstValue]]
 ) -> list[RawBuild]:
     """Compile the entry ``fn`` (from :func:`load_entry`) for each const set (build child only)."""
     triton = _triton()
@@ -203,7 +211,10 @@ def compile_triton(
     for consts in const_sets:
         _, compiler, options = _cache_key(kernel, arch, consts)
         num_warps = kernel.num_warps or _DEFAULT_NUM_WARPS
-        source = ASTSource(fn=fn, signature=_signature(kernel, consts), constexprs=dict(consts))
+        # an unused pointer (``none``) is compiled as Triton compiles a None argument: a constexpr
+        constexprs: dict[str, Any] = {**consts, **{a.name: None for a in kernel.args
+                                                   if isinstance(a, NoneArg)}}  # fmt: skip
+        source = ASTSource(fn=fn, signature=_signature(kernel, consts), constexprs=constexprs)
         try:
             with warnings.catch_warnings():
                 # Triton 3.9 warns about a default it is about to change; not the user's concern.

@@ -349,3 +349,103 @@ def test_shape_commas_inside_calls_do_not_split_extents(folder: Path) -> None:
     table["args"]["x"] = "in f32[cdiv(n, 4), max(n, 2)]"
     kernel = parse(folder, table)
     assert kernel.bind({"n": 33}).shapes["x"] == (9, 33)
+
+
+# ------------------------------------------------------------------ constexprs, domains, order
+
+
+def _args(**extra: str) -> Callable[[dict[str, Any]], None]:
+    def apply(table: dict[str, Any]) -> None:
+        table["args"].update(extra)
+
+    return apply
+
+
+FEATURE_ERRORS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
+    ("float const unknown name", _args(a="const float = q"), "args.a", "unknown name"),
+    ("string const unquoted", _args(a="const str = gelu"), "args.a", "quoted string"),
+    ("string const odd characters", _args(a='const str = "a b"'), "args.a", "quoted string"),
+    ("const of unknown kind", _args(a="const bool = 1"), "args.a", "const float"),
+    ("scalar cycle", _args(a="f32 = b * 2", b="i32 = a"), "args.a", "a -> b -> a"),
+    ("scalar names itself", _args(a="f32 = a + 1"), "args.a", "a -> a"),
+    ("string const in an expression", _args(a="f32 = s", s='const str = "relu"'), "args.a",
+     "unknown name"),
+    ("none in an expression", _args(a="f32 = b", b="none"), "args.a", "unknown name"),
+    ("domain over an unknown name", _set("values", {"x": "uniform(0, q)"}), "values.x",
+     "unknown name"),
+    ("domain over a buffer", _set("values", {"x": "uniform(0, y)"}), "values.x", "unknown name"),
+    ("domain not an expression", _set("values", {"x": "uniform(0, n +)"}), "values.x",
+     "ends where"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "mutate", "key", "fragment"), FEATURE_ERRORS,
+                         ids=[f[0] for f in FEATURE_ERRORS])  # fmt: skip
+def test_feature_errors_name_the_key(
+    folder: Path, case: str, mutate: Callable[[dict[str, Any]], None], key: str, fragment: str
+) -> None:
+    table = copy.deepcopy(base_table())
+    mutate(table)
+    with pytest.raises(SpecError) as info:
+        parse(folder, table)
+    message = info.value.diagnostics()
+    assert f"key '{key}'" in message, message
+    assert fragment in message, message
+
+
+def test_float_and_string_consts_and_forward_references(folder: Path) -> None:
+    table = base_table()
+    table["source"] = "k.py"
+    table.pop("block")
+    table["grid"] = ["blocks"]
+    table["args"] = {
+        "y": "out f32[n]", "blocks": "i32 = cdiv(n, BLOCK)", "scale": "f32 = EPS * 2",
+        "unused": "none", "EPS": "const float = 1e-5", "ACT": "const str = 'gelu_tanh'",
+        "BLOCK": "const = 64",
+    }  # fmt: skip
+    kernel = parse(folder, table)
+    launch = kernel.bind({"n": 1000})
+    assert launch.scalars == {"blocks": 16, "scale": 2e-5}
+    assert launch.consts == {"EPS": 1e-5, "ACT": "gelu_tanh", "BLOCK": 64}
+    assert launch.grid == (16,)
+    texts = {a.name: a.spec_text() for a in kernel.args}
+    assert texts["EPS"] == "const float = 1e-5" and texts["ACT"] == 'const str = "gelu_tanh"'
+    assert texts["unused"] == "none" and texts["BLOCK"] == "const = 64"
+    # the spec digest is stable under re-parsing the normalized text
+    table["args"] = texts
+    assert parse(folder, table).digest == kernel.digest
+
+
+def test_a_plain_const_still_refuses_a_float_and_says_how_to_write_one(folder: Path) -> None:
+    table = base_table()
+    table["args"]["c"] = "const = 0.5"
+    with pytest.raises(SpecError, match="const float") as info:
+        parse(folder, table).bind({"n": 33})
+    assert "key 'args'" in info.value.diagnostics()
+
+
+def test_a_domain_over_the_dims_is_evaluated_per_probe(folder: Path) -> None:
+    table = base_table()
+    table["args"]["t"] = "in i32[n]"
+    table["values"] = {"t": "uniform(-1, n)", "x": "normal(0, 1)"}
+    kernel = parse(folder, table)
+    assert kernel.values["t"].spec_text() == "uniform(-1, n)"
+    assert kernel.values["x"].spec_text() == "normal(0.0, 1.0)"  # constant domains as before
+    domain = kernel.bind({"n": 33}).domains["t"]
+    assert (domain.kind, domain.a, domain.b, domain.bounds) == ("uniform", -1.0, 33.0, None)
+    assert "x" not in kernel.bind({"n": 33}).domains
+
+
+def test_a_domain_over_the_dims_that_is_empty_at_some_dims_says_where(folder: Path) -> None:
+    table = base_table()
+    table["values"] = {"x": "uniform(n - 2, 32)"}
+    kernel = parse(folder, table)
+    kernel.bind({"n": 1})
+    with pytest.raises(SpecError, match=r"with dims \{'n': 1000\}.*needs lo < hi") as info:
+        kernel.bind({"n": 1000})
+    assert "key 'values.x'" in info.value.diagnostics()
+
+
+def test_a_scalar_named_like_a_dim_still_means_the_dim(folder: Path) -> None:
+    kernel = parse(folder, base_table())  # n = "i32 = n"
+    assert kernel.bind({"n": 33}).scalars["n"] == 33

@@ -172,8 +172,9 @@ class Executor(abc.ABC):
 
 
 def scalar_kwargs(kernel: KernelSpec, launch: Launch) -> Mapping[str, Any]:
-    """Scalars and consts by name, as plain Python numbers of the declared kind."""
-    from kcert.certify.spec import ConstArg, ScalarArg
+    """Scalars and consts by name, as plain Python values of the declared kind; unused
+    pointers (``none``) as ``None``."""
+    from kcert.certify.spec import ConstArg, NoneArg, ScalarArg
 
     values: dict[str, Any] = {}
     for arg in kernel.args:
@@ -186,7 +187,10 @@ def scalar_kwargs(kernel: KernelSpec, launch: Launch) -> Mapping[str, Any]:
             else:
                 values[arg.name] = int(value)
         elif isinstance(arg, ConstArg):
-            values[arg.name] = int(launch.consts[arg.name])
+            const = launch.consts[arg.name]
+            values[arg.name] = const if isinstance(const, str | float) else int(const)
+        elif isinstance(arg, NoneArg):
+            values[arg.name] = None
     return values
 
 

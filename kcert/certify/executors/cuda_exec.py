@@ -28,7 +28,7 @@ from kcert.certify.executors.base import (
     host_dtype,
     scalar_kwargs,
 )
-from kcert.certify.spec import BufferArg, Intent, KernelSpec, Launch, ScalarArg
+from kcert.certify.spec import BufferArg, Intent, KernelSpec, Launch, NoneArg, ScalarArg
 
 # above this, a kernel must opt in to more dynamic shared memory
 _DEFAULT_SHARED_LIMIT = 48 * 1024
@@ -82,6 +82,8 @@ class CudaExecutor(Executor):
                 args.append(np.uint64(pointers[arg.name].ptr))
             elif isinstance(arg, ScalarArg):
                 args.append(_scalar(arg.dtype, launch.scalars[arg.name]))
+            elif isinstance(arg, NoneArg):
+                args.append(np.uint64(0))  # an unused pointer: null
         return tuple(args)
 
     def _launch_once(self, launch: Launch, args: tuple[Any, ...]) -> None:
