@@ -25,7 +25,7 @@ from kcert.certify.anchors import anchor
 from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
-from kcert.certify.minimize import Budget, minimize
+from kcert.certify.minimize import Budget, Stop, search
 from kcert.certify.probes import (
     Probe,
     derive_seed,
@@ -49,6 +49,7 @@ from kcert.certify.report import (
 )  # fmt: skip
 from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import Allowance, allowances
+from kcert.errors import KcertError
 
 #: Checks made on every probe's two launches (the order they are reported in).
 PROBE_CHECKS: tuple[str, ...] = (
@@ -124,6 +125,7 @@ class _Certifier:
         checks: list[CheckResult] = list(build_checks)
         records: list[ProbeRecord] = []
         minimized: dict[str, dict[str, int]] = {}
+        self.minimize_stopped: dict[str, str] = {}
         timing_check: CheckResult
         timing_report: TimingReport
         if any(c.status is Status.FAIL for c in build_checks if c.name == "build"):
@@ -159,7 +161,7 @@ class _Certifier:
             kernel=identity, executor=executor, hw_class=hw_class, environment=dict(env.fields),
             fingerprint=str(env.fingerprint()), fresh_seed=fresh_seed, probes=tuple(records),
             checks=tuple(checks), timing=timing_report, minimized=minimized,
-            certifier_version=kcert.__version__,
+            minimize_stopped=self.minimize_stopped, certifier_version=kcert.__version__,
             issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             confinement=self.confinement.to_json(),
         )  # fmt: skip
@@ -287,9 +289,17 @@ class _Certifier:
                     return False  # the spec cannot launch at these dims: not a smaller failure
                 if probe.elements > self.kernel.probes.max_elements:
                     return False
-                return fails(self._run_probe(probe))
+                try:
+                    return fails(self._run_probe(probe))
+                except KcertError as exc:
+                    # the reference (or a tolerance it feeds) cannot answer here: what was
+                    # already found stands, and the report says why the search ended
+                    raise Stop(f"stopped at {probe.id}: {exc.diagnostics()}") from exc
 
-            smallest[name] = minimize(start.dims, self.kernel.dims, predicate, budget=budget)
+            found = search(start.dims, self.kernel.dims, predicate, budget=budget)
+            smallest[name] = found.dims
+            if found.stopped is not None:
+                self.minimize_stopped[name] = found.stopped
 
         for name in PROBE_CHECKS:
             failing = next((o for o in fixed if name in o.findings), None)

@@ -232,6 +232,9 @@ class CertificationReport:
     #: How the kernel was confined (``kcert.certify.jail.Confinement.to_json``); None only in
     #: reports made before kcert recorded it.
     confinement: Mapping[str, Any] | None = None
+    #: Why minimization of a check stopped before it finished (check -> reason); the
+    #: shape in ``minimized`` is then the smallest failing one found until then.
+    minimize_stopped: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Verdict:
@@ -253,6 +256,7 @@ class CertificationReport:
             },
             "checks": [c.to_json() for c in self.checks],
             "minimized": {k: dict(v) for k, v in self.minimized.items()},
+            **({"minimize_stopped": dict(self.minimize_stopped)} if self.minimize_stopped else {}),
             "timing": self.timing.to_json(),
             "verdict": str(self.verdict),
             "certifier": {"name": "kcert", "version": self.certifier_version,
