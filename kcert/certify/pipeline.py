@@ -47,6 +47,7 @@ from kcert.certify.report import (
     Status,
     TimingReport,
 )  # fmt: skip
+from kcert.certify.scope import scope_notes
 from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import Allowance, allowances
 from kcert.errors import KcertError
@@ -161,7 +162,8 @@ class _Certifier:
             kernel=identity, executor=executor, hw_class=hw_class, environment=dict(env.fields),
             fingerprint=str(env.fingerprint()), fresh_seed=fresh_seed, probes=tuple(records),
             checks=tuple(checks), timing=timing_report, minimized=minimized,
-            minimize_stopped=self.minimize_stopped, certifier_version=kcert.__version__,
+            minimize_stopped=self.minimize_stopped, scope_notes=scope_notes(kernel, executor),
+            certifier_version=kcert.__version__,
             issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             confinement=self.confinement.to_json(),
         )  # fmt: skip

@@ -55,6 +55,17 @@ class CheckResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ScopeNote:
+    """Something this certification could not show, and why (:mod:`kcert.certify.scope`)."""
+
+    kind: str  # "values" or "executor"
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorMetrics:
     """How far one output of one probe is from the reference."""
 
@@ -235,6 +246,8 @@ class CertificationReport:
     #: Why minimization of a check stopped before it finished (check -> reason); the
     #: shape in ``minimized`` is then the smallest failing one found until then.
     minimize_stopped: Mapping[str, str] = field(default_factory=dict)
+    #: What the probes could not exercise (value domains, the executor): notes, not checks.
+    scope_notes: tuple[ScopeNote, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
@@ -257,6 +270,8 @@ class CertificationReport:
             "checks": [c.to_json() for c in self.checks],
             "minimized": {k: dict(v) for k, v in self.minimized.items()},
             **({"minimize_stopped": dict(self.minimize_stopped)} if self.minimize_stopped else {}),
+            **({"scope_notes": [n.to_json() for n in self.scope_notes]}
+               if self.scope_notes else {}),
             "timing": self.timing.to_json(),
             "verdict": str(self.verdict),
             "certifier": {"name": "kcert", "version": self.certifier_version,

@@ -113,6 +113,7 @@ def _summary(report: CertificationReport, certificate: str | None,
                     "message": c.message, "required": c.required} for c in report.checks],
         "minimized": {name: dict(dims) for name, dims in report.minimized.items()},
         "minimize_stopped": dict(report.minimize_stopped),
+        "scope_notes": [n.to_json() for n in report.scope_notes],
         "certificate": certificate,
         "certificate_id": certificate_id,
     }  # fmt: skip
@@ -137,6 +138,8 @@ def _show(report: CertificationReport, certificate: str | None, certificate_id: 
         if name in report.minimize_stopped:
             out_console.print(f"  (minimization stopped early: {report.minimize_stopped[name]})",
                               markup=False)  # fmt: skip
+    for note in report.scope_notes:
+        out_console.print(f"not covered ({note.kind}): {note.message}", markup=False)
     verdict = report.verdict
     style = "green" if verdict is Verdict.PASS else "bold red"
     out_console.print(f"verdict: [{style}]{verdict}[/]")
