@@ -14,6 +14,7 @@ from typing import Any
 
 from kcert.certify.build import Build, build_cuda, ptx_param_sizes
 from kcert.certify.errors import BuildError
+from kcert.certify.interpreter import static_hazards
 from kcert.certify.module_check import check_module
 from kcert.certify.report import CheckResult, Resources, Status
 from kcert.certify.spec import BufferArg, KernelSpec, NoneArg, ScalarArg, SpecError
@@ -122,12 +123,15 @@ def _build_check(kernel: KernelSpec, builds: tuple[Build, ...]) -> CheckResult:
         if problem:
             return CheckResult("build", Status.FAIL, problem, details=details)
     what = f"{len(builds)} const assignment(s)" if kernel.language == "triton" else "the source"
-    return CheckResult(
-        "build",
-        Status.PASS,
-        f"{builds[0].compiler} compiled {what} for {builds[0].arch}; entry '{kernel.entry}' found",
-        details=details,
-    )
+    message = (f"{builds[0].compiler} compiled {what} for {builds[0].arch}; "
+               f"entry '{kernel.entry}' found")  # fmt: skip
+    hazards = static_hazards(kernel)
+    if hazards:
+        # the compiled kernel is fine; its run under the interpreter may not be
+        details["interpreter_hazards"] = [h.to_json() for h in hazards]
+        message += "; differs under the Triton interpreter: " + "; ".join(
+            f"{h.message}{f' (line {h.line})' if h.line else ''}" for h in hazards)
+    return CheckResult("build", Status.PASS, message, details=details)
 
 
 def _parameter_mismatch(kernel: KernelSpec, build: Build) -> str | None:

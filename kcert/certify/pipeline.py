@@ -25,6 +25,7 @@ from kcert.certify.anchors import anchor
 from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
+from kcert.certify.interpreter import blame, static_hazards
 from kcert.certify.minimize import Budget, Stop, search
 from kcert.certify.probes import (
     Probe,
@@ -150,6 +151,8 @@ class _Certifier:
                 timing_check, timing_report = self._timing(checks, fixed)
             checks.append(self._sanitize(executor, build, probe_set.probes))
         checks.append(timing_check)
+        # a failure that matches a known difference of the interpreter says so
+        checks = blame(checks, static_hazards(kernel), executor)
         order = {name: i for i, name in enumerate(CHECK_NAMES)}
         checks.sort(key=lambda c: order.get(c.name, len(order)))
         identity = KernelIdentity(
