@@ -8,7 +8,8 @@ Grammar (precedence from low to high)::
     atom   := INT | FLOAT | NAME | NAME '(' expr (',' expr)* ')' | '(' expr ')'
 
 Functions: ``cdiv(a, b)``, ``next_pow2(x)``, ``min(a, ...)``, ``max(a, ...)``.
-Names resolve to dims, earlier scalars and consts. Sizes are bounded so that a
+Names resolve to dims, scalars and (numeric) consts, listed before or after:
+the spec evaluates them in dependency order. Sizes are bounded so that a
 hostile spec can neither exhaust memory nor recurse the parser to death.
 """
 
