@@ -172,3 +172,11 @@ def test_triton_register_limit_is_enforced(tmp_path: Path) -> None:
     assert re.search(r"registers \d+ > max_registers = 8 \[BLOCK=1024\]", message), message
     assert re.search(r"registers \d+ > max_registers = 8 \[BLOCK=1\]", message), message
     assert "ld.global" not in message
+
+
+def test_an_unused_pointer_is_a_pointer_parameter(tmp_path: Path) -> None:
+    # x as "none": the entry's first parameter is 8 bytes, a pointer; a null one at launch
+    none = lint(make(tmp_path, args=ARGS.replace('"in f32[n]"', '"none"')), arch="sm_90")
+    assert none.check("build").status is Status.PASS, none.check("build").message
+    scalar = lint(make(tmp_path, args=ARGS.replace('"in f32[n]"', '"i32 = 0"')), arch="sm_90")
+    assert "args.x is a i32 scalar (4 bytes) but parameter 0" in scalar.check("build").message
