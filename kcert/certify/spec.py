@@ -723,6 +723,11 @@ class _Table:
                 result[arg_name] = ValueDomain("auto")
                 continue
             match = _DOMAIN.match(text) if isinstance(text, str) else None
+            if match is None and isinstance(text, str) and names is not None:
+                over = self.domain_over(key, text.strip(), names)
+                if over is not None:
+                    result[arg_name] = over
+                    continue
             if match is None:
                 raise self.fail(key, f"{text!r} must be normal(mu, sigma), uniform(lo, hi) or auto")
             try:
@@ -741,6 +746,17 @@ class _Table:
                 raise self.fail(key, problem)
             result[arg_name] = ValueDomain(kind, a, b)  # type: ignore[arg-type]
         return result
+
+    def domain_over(self, key: str, text: str, names: set[str]) -> ValueDomain | None:
+        """``uniform(0, cdiv(n, 2))``: bounds with calls in them, which _DOMAIN cannot split."""
+        call = _DOMAIN_CALL.match(text)
+        if call is None:
+            return None
+        parts = _split_extents(call.group(2))
+        if len(parts) != 2:
+            raise self.fail(key, f"{text!r} needs two bounds")
+        bounds = (self.expr(key, parts[0], names), self.expr(key, parts[1], names))
+        return ValueDomain(call.group(1), bounds=bounds)  # type: ignore[arg-type]
 
     def artifact(self) -> ArtifactLimits:
         table = self.get("artifact", dict, {})
@@ -777,6 +793,7 @@ class _Table:
 
 
 _NAME_IN = re.compile(r"[A-Za-z_]")
+_DOMAIN_CALL = re.compile(r"^(normal|uniform)\s*\((.*)\)$", re.S)
 
 
 def _domain_problem(kind: str, a: float, b: float) -> str | None:

@@ -434,6 +434,11 @@ def test_a_domain_over_the_dims_is_evaluated_per_probe(folder: Path) -> None:
     domain = kernel.bind({"n": 33}).domains["t"]
     assert (domain.kind, domain.a, domain.b, domain.bounds) == ("uniform", -1.0, 33.0, None)
     assert "x" not in kernel.bind({"n": 33}).domains
+    table["values"] = {"t": "uniform(0, cdiv(n, 2) + max(n, 3))"}
+    assert parse(folder, table).bind({"n": 33}).domains["t"].b == 50.0
+    table["values"] = {"t": "uniform(0, cdiv(n, 2), 1)"}
+    with pytest.raises(SpecError, match="needs two bounds"):
+        parse(folder, table)
 
 
 def test_a_domain_over_the_dims_that_is_empty_at_some_dims_says_where(folder: Path) -> None:
