@@ -73,9 +73,13 @@ def static_hazards(kernel: KernelSpec) -> tuple[Hazard, ...]:
     if kernel.language != "triton":
         return ()
     try:
-        tree = ast.parse(kernel.code.main.data)
-    except (SyntaxError, ValueError):
-        return ()  # the build says so
+        return _hazards(kernel, ast.parse(kernel.code.main.data))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # the build says what is wrong with such a source; a lint note is not worth a crash
+        return ()
+
+
+def _hazards(kernel: KernelSpec, tree: ast.Module) -> tuple[Hazard, ...]:
     libdevice = _libdevice_aliases(tree)
     hazards: list[Hazard] = []
     float_params: set[str] = set()
