@@ -63,3 +63,21 @@ def test_schema_violations_name_the_json_path() -> None:
     predicate["issued_at"] = "yesterday"
     with pytest.raises(VerificationError, match="predicate.issued_at"):
         validate_predicate(predicate)
+
+
+def test_minimize_stopped_and_scope_notes_are_in_the_schema() -> None:
+    import dataclasses
+
+    from kcert.certify.report import ScopeNote
+
+    report = dataclasses.replace(
+        make_report(), minimize_stopped={"correctness": "stopped at n=20: the reference raised"},
+        scope_notes=(ScopeNote("values", "never near exp's overflow"),
+                     ScopeNote("executor", "races cannot show")),
+    )  # fmt: skip
+    predicate = json.loads(json.dumps(report.predicate()))
+    validate_predicate(predicate)
+    assert _undescribed(predicate, predicate_schema(), "predicate") == []
+    predicate["scope_notes"][0]["kind"] = "vibes"
+    with pytest.raises(VerificationError, match="scope_notes"):
+        validate_predicate(predicate)
