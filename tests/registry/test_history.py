@@ -1,0 +1,94 @@
+"""Replaying every leaf in order: a decision must follow from the log's own history."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import Engine
+from sqlmodel import select
+
+from kcert.attest.keys import public_key_hex
+from kcert.digest import Digest
+from kcert.log.leaf import LeafError, parse_leaf
+from kcert.log.replay import replay_decision
+from kcert.registry import audit
+from kcert.registry.client import EmbeddedRegistry
+from kcert.registry.config import Settings
+from kcert.registry.db import read_session, write_session
+from kcert.registry.decisions import TargetState, decision_payload, gather_inputs
+from kcert.registry.history import replay_history
+from kcert.registry.log_models import LogEntry
+from kcert.registry.models import Target, TargetCreate, TrustedKeyCreate
+from kcert.registry.policy import decide_promotion
+from kcert.registry.testing import gpu_environment, make_certificate
+
+
+@pytest.fixture
+def registry(engine: Engine, database_url: str, signing_key: Ed25519PrivateKey) -> EmbeddedRegistry:
+    reg = EmbeddedRegistry(Settings(database_url=database_url), engine=engine)
+    reg.trust_key(TrustedKeyCreate(name="ci", public_key=public_key_hex(signing_key.public_key())))
+    reg.report_target("prod", TargetCreate(hw_class="H100", environment=gpu_environment()))
+    return reg
+
+
+def leaves(engine: Engine) -> list[tuple[int, bytes]]:
+    with read_session(engine) as session:
+        rows = session.exec(select(LogEntry.leaf_index, LogEntry.leaf)).all()
+    return sorted((int(i), bytes(leaf)) for i, leaf in rows)
+
+
+def test_an_ordinary_history_replays_the_same(
+    registry: EmbeddedRegistry, engine: Engine, signing_key: Ed25519PrivateKey
+) -> None:
+    kept, revoked = make_certificate(signing_key), make_certificate(signing_key)
+    for cert in (kept, revoked):
+        registry.push(cert.envelope)
+        registry.promote(Digest.parse(cert.kernel), "prod")
+    registry.revoke_certificate(revoked.id, "bad")
+    env = gpu_environment(driver_version="1.0")
+    registry.report_target("prod", TargetCreate(hw_class="H100", environment=env))
+    result = replay_history(leaves(engine))
+    assert result.same, result.differences
+    assert result.decisions == 4  # two grants, two suspensions
+    state = result.state
+    assert state.certificates[revoked.id].revoked
+    assert {(k, s.status) for (k, _), s in state.promotions.items()} == {
+        (kept.kernel, "suspended"),
+        (revoked.kernel, "suspended"),
+    }
+    assert (kept.id, "prod", 2) in state.stale
+
+
+def test_a_grant_decided_before_a_logged_revocation_is_named(
+    registry: EmbeddedRegistry, engine: Engine, signing_key: Ed25519PrivateKey
+) -> None:
+    """The interleaving of issue 14's race, written deliberately: the promotion read the
+    certificates, the revocation committed, then the promotion logged its grant."""
+    cert = make_certificate(signing_key)
+    registry.push(cert.envelope)
+    with read_session(engine) as session:
+        target = TargetState.of(session.get(Target, "prod"))
+        inputs = gather_inputs(
+            session, kernel=cert.kernel, target_name="prod", target=target, full_key_set=True
+        )
+    registry.revoke_certificate(cert.id, "compromised")
+    decision = decide_promotion(inputs)
+    assert decision.allow
+    with write_session(engine) as session:
+        index = audit.record_event(
+            session, audit.PROMOTION_GRANTED, decision_payload(inputs, decision)
+        )
+        session.commit()
+    entries = leaves(engine)
+    # The leaf alone re-decides the same way: that is what `audit replay N` checks.
+    assert replay_decision(parse_leaf(index, entries[index][1])).same
+    result = replay_history(entries)
+    messages = [d.message for d in result.differences if d.index == index]
+    assert f"revoked_certificates: recorded [], the log's history gives ['{cert.id}']" in messages
+    assert f"decision: recorded allow ({cert.id}), the log's history gives deny" in messages
+    assert all(d.index == index for d in result.differences)
+
+
+def test_a_missing_leaf_stops_the_history() -> None:
+    with pytest.raises(LeafError, match="entry 0 is missing"):
+        replay_history([(1, b"{}")])
