@@ -1,4 +1,11 @@
-"""``kcert audit verify`` and ``kcert audit replay N``: audit a registry's log.
+"""``kcert audit verify``, ``kcert audit replay N|--all`` and ``kcert audit state``.
+
+``verify`` and ``replay`` audit a registry's log, remote or embedded;
+``replay --all`` folds every entry in order and checks each decision against
+the history before it (:mod:`kcert.registry.history`). ``state`` is the
+operator's check on a registry's own database: its tables against what its log
+folds to (:mod:`kcert.registry.consistency`); exit 0 consistent, 1 differences,
+2 bad usage or an unreachable database.
 
 Key pinning: ``verify`` trusts a checkpoint only under a pinned log key, kept
 per registry in ``KCERT_HOME/audit/<registry>/log.vkey``. With none pinned it

@@ -15,6 +15,9 @@ module reads both in one snapshot and names every difference, by kind:
 - ``history``: a leaf that does not follow from the leaves before it (a
   decision whose recorded inputs are not the state the log had reached).
 
+Leaves written before migration 0004 name certificates by their old ids; they
+are read through ``certificate_alias``, as the migration merged the rows.
+
 Nothing is written. Token rows are not compared (their leaves name the token's
 id and scopes only), nor times: the log records when it was told, the tables
 when they were written.
@@ -37,7 +40,14 @@ from kcert.registry.environment import fingerprint_over
 from kcert.registry.errors import RegistryError
 from kcert.registry.history import HistoryReplay, LoggedState, replay_history
 from kcert.registry.log_models import LogEntry
-from kcert.registry.models import Certificate, Promotion, StaleCertificate, Target, TrustedKey
+from kcert.registry.models import (
+    Certificate,
+    CertificateAlias,
+    Promotion,
+    StaleCertificate,
+    Target,
+    TrustedKey,
+)
 
 #: On PostgreSQL every statement of the check sees one snapshot (SQLite's read
 #: transaction is one already).
@@ -47,6 +57,7 @@ _PAGE = 1000
 
 _certificate = Certificate.__table__  # type: ignore[attr-defined]
 _entry = LogEntry.__table__  # type: ignore[attr-defined]
+_alias = CertificateAlias.__table__  # type: ignore[attr-defined]
 
 
 class LogUnexplained(RegistryError):
@@ -111,8 +122,12 @@ def check_state(*, session: Session) -> StateCheck:
                 return
             start = int(rows[-1][0]) + 1
 
+    rows = connection.execute(select(_alias.c.old_id, _alias.c.certificate_id)).all()
+    aliases = {str(old): str(new) for old, new in rows}
     try:
-        history = replay_history(entries(), fingerprint_of=_envelope_fingerprints(session))
+        history = replay_history(
+            entries(), fingerprint_of=_envelope_fingerprints(session), aliases=aliases
+        )
     except LeafError as exc:
         raise LogUnexplained(f"the log cannot be folded: {exc}") from exc
     differences = [

@@ -22,7 +22,7 @@ Leaves of kinds this module does not know (tokens, say) change nothing here.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kcert.digest import canonical_json
@@ -97,17 +97,27 @@ class LoggedState:
     stale: set[tuple[str, str, int]] = field(default_factory=set)
     #: (kernel, target) to the promotion's state.
     promotions: dict[tuple[str, str], LoggedPromotion] = field(default_factory=dict)
+    #: Certificate ids from before migration 0004 to the id the certificate has now.
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+    def canonical(self, certificate: str) -> str:
+        """The id a certificate has now (entries before migration 0004 name old ids)."""
+        return self.aliases.get(certificate, certificate)
 
     def inputs(
         self, kernel: str, target: str, *, policy_version: str, order: Sequence[str] = (),
-        fingerprint_of: FingerprintOf | None = None, recorded: Mapping[str, str] | None = None,
+        fingerprint_of: FingerprintOf | None = None,
+        recorded: Mapping[str, Candidate] | None = None,
     ) -> PromotionInputs:  # fmt: skip
         """What a decision on (kernel, target) should have seen, by this state.
 
         Candidates named in ``order`` come in that order, the rest newest first.
-        ``recorded`` maps certificate ids to the fingerprint a decision recorded,
-        used for a target with its own drift fields when ``fingerprint_of`` cannot tell.
+        ``recorded`` holds the candidates a decision recorded, by id: what the log
+        cannot tell is taken from them (a fingerprint over a target's own drift
+        fields when ``fingerprint_of`` cannot tell; the sandbox of a certificate
+        stored before the registry logged it).
         """
+        recorded = recorded or {}
         state = self.targets.get(target)
         drift = state.drift_fields if state is not None else None
         mine = [(cid, c) for cid, c in self.certificates.items() if kernel in c.subjects]
@@ -115,11 +125,16 @@ class LoggedState:
         mine.sort(key=lambda item: (rank.get(item[0], len(rank)), -item[1].order))
         candidates = []
         for cid, cert in mine:
+            said = recorded.get(cid)
             fingerprint = cert.fingerprint
             if drift:
                 known = fingerprint_of(cid, drift) if fingerprint_of is not None else None
-                fingerprint = known or (recorded or {}).get(cid, fingerprint)
-            sandboxed = cert.sandboxed if policy_version != "kcert-promotion/1" else None
+                fingerprint = known or (said.fingerprint if said else fingerprint)
+            sandboxed = cert.sandboxed
+            if sandboxed is None and said is not None:
+                sandboxed = said.sandboxed
+            if policy_version == "kcert-promotion/1":
+                sandboxed = None
             candidates.append(
                 Candidate(id=cid, keyid=cert.keyid, verdict=cert.verdict, hw_class=cert.hw_class,
                           fingerprint=fingerprint, sandboxed=sandboxed)
@@ -158,10 +173,16 @@ class HistoryReplay:
 
 
 def replay_history(
-    entries: Iterable[tuple[int, bytes]], *, fingerprint_of: FingerprintOf | None = None
-) -> HistoryReplay:
-    """Fold every leaf in order; re-derive each decision's inputs from the leaves before it."""
-    state = LoggedState()
+    entries: Iterable[tuple[int, bytes]], *, fingerprint_of: FingerprintOf | None = None,
+    aliases: Mapping[str, str] | None = None,
+) -> HistoryReplay:  # fmt: skip
+    """Fold every leaf in order; re-derive each decision's inputs from the leaves before it.
+
+    ``aliases`` maps certificate ids from before migration 0004 to the ids they
+    have now (the registry's ``certificate_alias``); every id a leaf names is
+    read through it, so the rows that migration merged fold into one.
+    """
+    state = LoggedState(aliases=dict(aliases or {}))
     differences: list[HistoryDifference] = []
     decisions = 0
     expected = 0
@@ -204,9 +225,12 @@ def _key_revoked(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
 
 
 def _stored(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
-    cid = str(p["certificate"])
+    named = str(p["certificate"])
+    cid = state.canonical(named)
     if cid in state.certificates:
-        return [f"stores certificate {cid} again"]
+        # Rows of one statement under several old ids are one certificate since 0004,
+        # with the first row's signer (its revocation is folded from its own leaf).
+        return [] if named != cid else [f"stores certificate {cid} again"]
     sandboxed = p.get("sandboxed")
     state.certificates[cid] = LoggedCertificate(
         keyid=str(p["keyid"]), subjects=tuple(str(s) for s in p["subjects"]),
@@ -219,7 +243,7 @@ def _stored(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
 
 
 def _certificate(state: LoggedState, p: Mapping[str, Any]) -> LoggedCertificate | None:
-    return state.certificates.get(str(p["certificate"]))
+    return state.certificates.get(state.canonical(str(p["certificate"])))
 
 
 def _signer_changed(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
@@ -239,7 +263,8 @@ def _revoked(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
 
 
 def _invalidated(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
-    state.stale.add((str(p["certificate"]), str(p["target"]), int(p["generation"])))
+    cid = state.canonical(str(p["certificate"]))
+    state.stale.add((cid, str(p["target"]), int(p["generation"])))
     return []
 
 
@@ -266,13 +291,14 @@ _HANDLERS: dict[str, Callable[[LoggedState, Mapping[str, Any]], list[str]]] = {
 
 
 def _decision(state: LoggedState, leaf: Leaf, fingerprint_of: FingerprintOf | None) -> list[str]:
-    recorded_inputs = leaf.payload["inputs"]
-    recorded = PromotionInputs.from_json(recorded_inputs)
-    decision = leaf.payload["decision"]
+    recorded = _through_aliases(state, PromotionInputs.from_json(leaf.payload["inputs"]))
+    decision = dict(leaf.payload["decision"])
+    if decision.get("certificate") is not None:
+        decision["certificate"] = state.canonical(str(decision["certificate"]))
     order = [c.id for c in recorded.candidates]
     folded = state.inputs(
         recorded.kernel, recorded.target, policy_version=recorded.policy_version, order=order,
-        fingerprint_of=fingerprint_of, recorded={c.id: c.fingerprint for c in recorded.candidates},
+        fingerprint_of=fingerprint_of, recorded={c.id: c for c in recorded.candidates},
     )  # fmt: skip
     found = _compare_inputs(recorded, folded)
     try:
@@ -295,6 +321,19 @@ def _decision(state: LoggedState, leaf: Leaf, fingerprint_of: FingerprintOf | No
         if promotion is not None:
             promotion.status = "suspended"
     return found
+
+
+def _through_aliases(state: LoggedState, inputs: PromotionInputs) -> PromotionInputs:
+    """``inputs`` with every certificate id read through the aliases (one candidate per id)."""
+    if not state.aliases:
+        return inputs
+    candidates: dict[str, Candidate] = {}
+    for c in inputs.candidates:
+        cid = state.canonical(c.id)
+        candidates.setdefault(cid, replace(c, id=cid))
+    revoked = sorted({state.canonical(c) for c in inputs.revoked_certificates})
+    return replace(inputs, candidates=tuple(candidates.values()),
+                   revoked_certificates=tuple(revoked))  # fmt: skip
 
 
 def _verdict(allow: Any, certificate: Any) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
@@ -9,17 +11,18 @@ from sqlmodel import select
 
 from kcert.attest.keys import public_key_hex
 from kcert.digest import Digest
-from kcert.log.leaf import LeafError, parse_leaf
+from kcert.log.leaf import LeafError, build_leaf, parse_leaf
 from kcert.log.replay import replay_decision
 from kcert.registry import audit
 from kcert.registry.client import EmbeddedRegistry
 from kcert.registry.config import Settings
 from kcert.registry.db import read_session, write_session
 from kcert.registry.decisions import TargetState, decision_payload, gather_inputs
+from kcert.registry.environment import target_fingerprint
 from kcert.registry.history import replay_history
 from kcert.registry.log_models import LogEntry
 from kcert.registry.models import Target, TargetCreate, TrustedKeyCreate
-from kcert.registry.policy import decide_promotion
+from kcert.registry.policy import Candidate, PromotionInputs, decide_promotion
 from kcert.registry.testing import gpu_environment, make_certificate
 
 
@@ -92,3 +95,59 @@ def test_a_grant_decided_before_a_logged_revocation_is_named(
 def test_a_missing_leaf_stops_the_history() -> None:
     with pytest.raises(LeafError, match="entry 0 is missing"):
         replay_history([(1, b"{}")])
+
+
+def _leaves(*events: tuple[str, dict[str, object]]) -> list[tuple[int, bytes]]:
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    return [
+        (i, build_leaf(index=i, kind=kind, payload=payload, time=when))
+        for i, (kind, payload) in enumerate(events)
+    ]
+
+
+def _pre_0004_log(*, revoke_hinted: bool) -> list[tuple[int, bytes]]:
+    """One statement stored under two old ids (a keyid hint changed), as before 0004."""
+    kernel, plain, hinted = "sha256:" + "a" * 64, "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    env = gpu_environment()
+    fp = target_fingerprint(env, None)
+    stored = {"keyid": "k" * 64, "subjects": [kernel], "verdict": "pass", "hw_class": "H100",
+              "fingerprint": fp, "sandboxed": True}  # fmt: skip
+    events: list[tuple[str, dict[str, object]]] = [
+        (audit.KEY_TRUSTED, {"keyid": "k" * 64, "name": "ci", "public_key": "p" * 64}),
+        (audit.CERTIFICATE_STORED, {"certificate": plain, **stored}),
+        (audit.CERTIFICATE_STORED, {"certificate": hinted, **stored}),
+        (audit.FINGERPRINT_REPORTED, {"target": "prod", "generation": 1, "hw_class": "H100",
+                                      "fingerprint": fp, "drift_fields": None}),
+    ]  # fmt: skip
+    if revoke_hinted:
+        events.append((audit.CERTIFICATE_REVOKED, {"certificate": hinted, "reason": "bad"}))
+    candidates = tuple(
+        Candidate(id=c, keyid="k" * 64, verdict="pass", hw_class="H100", fingerprint=fp,
+                  sandboxed=True)
+        for c in (hinted, plain)
+    )  # fmt: skip
+    inputs = PromotionInputs(
+        kernel=kernel, target="prod", target_hw_class="H100", target_fingerprint=fp,
+        trusted_keys=("k" * 64,), revoked_keys=(),
+        revoked_certificates=(hinted,) if revoke_hinted else (), candidates=candidates,
+    )  # fmt: skip
+    events.append((audit.PROMOTION_GRANTED, decision_payload(inputs, decide_promotion(inputs))))
+    return _leaves(*events)
+
+
+def test_entries_from_before_the_pae_id_fold_through_the_aliases() -> None:
+    new = "sha256:" + "9" * 64
+    aliases = {"sha256:" + "1" * 64: new, "sha256:" + "2" * 64: new}
+    plain = replay_history(_pre_0004_log(revoke_hinted=False), aliases=aliases)
+    assert plain.same, plain.differences
+    assert list(plain.state.certificates) == [new]
+    (promotion,) = plain.state.promotions.values()
+    assert promotion.certificate == new
+    # Granted on one old id while the other, the same statement, was revoked: the
+    # revocation bypass of issue 14's first finding, named once the ids are one.
+    bypass = replay_history(_pre_0004_log(revoke_hinted=True), aliases=aliases)
+    assert [d.message for d in bypass.differences] == [
+        f"decision: recorded allow ({new}), the log's history gives deny"
+    ]
+    # Without the aliases the old ids are two certificates and the grant followed.
+    assert replay_history(_pre_0004_log(revoke_hinted=True)).same
