@@ -16,12 +16,17 @@ target with its own drift fields fingerprints a certificate over its recorded
 environment, which only the certificate holds: a ``FingerprintOf`` callback
 supplies it, and without one the recorded fingerprint is taken as it is.
 
+At the end, every promotion the log leaves active must still have a valid
+certificate by the folded state, under the policy that granted it: a change
+(a revocation, a drift) logged without the suspension it called for is named
+at the entry that granted the promotion.
+
 Leaves of kinds this module does not know (tokens, say) change nothing here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,7 +34,7 @@ from kcert.digest import canonical_json
 from kcert.errors import KcertError
 from kcert.log.leaf import Leaf, LeafError, parse_leaf
 from kcert.registry import audit
-from kcert.registry.policy import Candidate, PromotionInputs, decide_promotion
+from kcert.registry.policy import POLICY_VERSION, Candidate, PromotionInputs, decide_promotion
 
 #: A certificate's fingerprint over a target's drift fields, or ``None`` when unknown.
 FingerprintOf = Callable[[str, Sequence[str]], "str | None"]
@@ -69,6 +74,9 @@ class LoggedTarget:
 class LoggedPromotion:
     status: str  # "active" | "suspended"
     certificate: str | None
+    #: The entry that granted it (last), and the policy it was granted under.
+    granted_at: int = -1
+    policy_version: str = POLICY_VERSION
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +202,30 @@ def replay_history(
         found = apply(state, leaf, fingerprint_of=fingerprint_of)
         decisions += leaf.kind in DECISIONS
         differences.extend(HistoryDifference(index, leaf.kind, m) for m in found)
+    differences.extend(_active_without_a_valid_certificate(state, fingerprint_of))
     return HistoryReplay(state=state, decisions=decisions, differences=differences)
+
+
+def _active_without_a_valid_certificate(
+    state: LoggedState, fingerprint_of: FingerprintOf | None
+) -> Iterator[HistoryDifference]:
+    """Promotions the log leaves active although, by the log, no certificate is valid for
+    them any more under the policy that granted them: a change that should have
+    suspended them was logged without the suspension."""
+    for (kernel, target), promotion in sorted(state.promotions.items()):
+        if promotion.status != "active" or not _fingerprints_known(
+            state, kernel, target, fingerprint_of
+        ):
+            continue
+        inputs = state.inputs(kernel, target, policy_version=promotion.policy_version,
+                              fingerprint_of=fingerprint_of)  # fmt: skip
+        decision = decide_promotion(inputs)
+        if not decision.allow:
+            yield HistoryDifference(
+                promotion.granted_at, audit.PROMOTION_GRANTED,
+                f"promotion of {kernel} on {target!r} is still active at the end of the log, "
+                f"which leaves it no valid certificate: {'; '.join(decision.reasons)}",
+            )  # fmt: skip
 
 
 def apply(
@@ -313,7 +344,9 @@ def _decision(state: LoggedState, leaf: Leaf, fingerprint_of: FingerprintOf | No
         )
     key = (recorded.kernel, recorded.target)
     if leaf.kind == audit.PROMOTION_GRANTED and decision.get("allow"):
-        state.promotions[key] = LoggedPromotion("active", decision.get("certificate"))
+        state.promotions[key] = LoggedPromotion(
+            "active", decision.get("certificate"), leaf.index, recorded.policy_version
+        )
     elif leaf.kind == audit.PROMOTION_SUSPENDED:
         promotion = state.promotions.get(key)
         if promotion is None or promotion.status != "active":
@@ -334,6 +367,21 @@ def _through_aliases(state: LoggedState, inputs: PromotionInputs) -> PromotionIn
     revoked = sorted({state.canonical(c) for c in inputs.revoked_certificates})
     return replace(inputs, candidates=tuple(candidates.values()),
                    revoked_certificates=tuple(revoked))  # fmt: skip
+
+
+def _fingerprints_known(
+    state: LoggedState, kernel: str, target: str, fingerprint_of: FingerprintOf | None
+) -> bool:
+    """Whether the kernel's certificates can be fingerprinted as ``target`` needs."""
+    logged = state.targets.get(target)
+    if logged is None or not logged.drift_fields:
+        return True
+    drift = logged.drift_fields
+    return fingerprint_of is not None and all(
+        fingerprint_of(cid, drift) is not None
+        for cid, cert in state.certificates.items()
+        if kernel in cert.subjects
+    )
 
 
 def _verdict(allow: Any, certificate: Any) -> str:

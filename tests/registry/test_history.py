@@ -146,8 +146,25 @@ def test_entries_from_before_the_pae_id_fold_through_the_aliases() -> None:
     # Granted on one old id while the other, the same statement, was revoked: the
     # revocation bypass of issue 14's first finding, named once the ids are one.
     bypass = replay_history(_pre_0004_log(revoke_hinted=True), aliases=aliases)
-    assert [d.message for d in bypass.differences] == [
-        f"decision: recorded allow ({new}), the log's history gives deny"
-    ]
+    decision, end = bypass.differences
+    assert decision.message == f"decision: recorded allow ({new}), the log's history gives deny"
+    assert "is still active at the end of the log" in end.message
     # Without the aliases the old ids are two certificates and the grant followed.
     assert replay_history(_pre_0004_log(revoke_hinted=True)).same
+
+
+def test_a_change_logged_without_its_suspension_is_named() -> None:
+    """Revocations whose transactions left the promotion active (no suspension leaf)."""
+    log = _pre_0004_log(revoke_hinted=False)
+    events = [
+        (audit.CERTIFICATE_REVOKED, {"certificate": "sha256:" + c * 64, "reason": "bad"})
+        for c in "12"
+    ]
+    revoked = _leaves(*([("x.y", {})] * len(log)), *events)[len(log) :]
+    result = replay_history([*log, *revoked])
+    (difference,) = result.differences
+    assert difference.index == len(log) - 1  # the grant
+    assert difference.message.startswith(
+        f"promotion of sha256:{'a' * 64} on 'prod' is still active at the end of the log, "
+        "which leaves it no valid certificate: "
+    )
