@@ -240,6 +240,8 @@ def apply(
         return handler(state, p) if handler is not None else []
     except (KeyError, TypeError, ValueError) as exc:
         return [f"payload cannot be folded: {exc!r}"]
+    except KcertError as exc:  # recorded inputs that contradict themselves
+        return [f"payload cannot be folded: {exc.diagnostics()}"]
 
 
 def _key_trusted(state: LoggedState, p: Mapping[str, Any]) -> list[str]:

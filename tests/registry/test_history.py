@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -168,3 +169,15 @@ def test_a_change_logged_without_its_suspension_is_named() -> None:
         f"promotion of sha256:{'a' * 64} on 'prod' is still active at the end of the log, "
         "which leaves it no valid certificate: "
     )
+
+
+def test_a_decision_whose_inputs_contradict_themselves_is_a_difference() -> None:
+    log = _pre_0004_log(revoke_hinted=False)
+    index, data = log[-1]
+    leaf = json.loads(data)
+    leaf["payload"]["inputs"]["trusted_keys_digest"] = "sha256:" + "0" * 64
+    edited = build_leaf(index=index, kind=leaf["kind"], payload=leaf["payload"],
+                        time=datetime(2026, 1, 1, tzinfo=UTC))  # fmt: skip
+    (difference,) = replay_history([*log[:-1], (index, edited)]).differences
+    assert difference.index == index
+    assert "trusted_keys_digest does not match" in difference.message
