@@ -14,7 +14,9 @@ too: the answer a route builds after committing must not keep the write lock
 before it reads anything, and takes it first: on SQLite that is the database
 lock of ``BEGIN IMMEDIATE``; on PostgreSQL it is the row lock on the audit
 log's one ``log_state`` row (``SELECT ... FOR UPDATE``), taken by
-:class:`WriteSession` as the first statement of its first transaction. Every
+:class:`WriteSession` as the first statement of each write transaction
+(every writer opens its session with :func:`write_session`: the API's write
+routes and the embedded registry do). Every
 state change appends a leaf, and appending updates that row, so every writer
 needs that lock anyway; taking it first is what makes the order one for all of
 them (log state, then target, certificate, key, promotion and token rows, in
