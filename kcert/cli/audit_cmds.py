@@ -406,7 +406,8 @@ def state(
     if json_out:
         emit_json({"database": shown, **result.to_json()})
     else:
-        verdict = "consistent" if result.consistent else f"{len(result.differences)} differences"
+        count = len(result.differences)
+        verdict = "consistent" if not count else f"{count} difference{'s' * (count != 1)}"
         out_console.print(
             f"registry {shown}: {result.entries} entries folded, state {verdict}",
             markup=False, soft_wrap=True,
