@@ -1,4 +1,11 @@
-"""``kcert audit verify`` and ``kcert audit replay N``: audit a registry's log.
+"""``kcert audit verify``, ``kcert audit replay N|--all`` and ``kcert audit state``.
+
+``verify`` and ``replay`` audit a registry's log, remote or embedded;
+``replay --all`` folds every entry in order and checks each decision against
+the history before it (:mod:`kcert.registry.history`). ``state`` is the
+operator's check on a registry's own database: its tables against what its log
+folds to (:mod:`kcert.registry.consistency`); exit 0 consistent, 1 differences,
+2 bad usage or an unreachable database.
 
 Key pinning: ``verify`` trusts a checkpoint only under a pinned log key, kept
 per registry in ``KCERT_HOME/audit/<registry>/log.vkey``. With none pinned it
@@ -16,8 +23,10 @@ Exit codes: 0 all holds, 1 something differs (the first bad index is named),
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
 import typer
 
@@ -39,6 +48,12 @@ from kcert.log.replay import (
     replay_decision,
 )
 from kcert.log.source import HttpLogSource, LogSource
+
+if TYPE_CHECKING:
+    from kcert.registry.history import FingerprintOf
+
+#: Entries asked for at once when reading the whole log (a server's page limit).
+MAX_ENTRIES_PAGE = 1000
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -208,7 +223,15 @@ def _fetcher(source: LogSource) -> EnvelopeFetcher:
 
 
 def replay(
-    index: Annotated[int, typer.Argument(help="The log entry to replay.", min=0)],
+    index: Annotated[int | None, typer.Argument(help="The log entry to replay.", min=0)] = None,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Replay every entry in order: each decision must follow from the "
+            "entries before it.",
+        ),
+    ] = False,
     registry: RegistryOpt = None,
     rerun: Annotated[
         bool,
@@ -224,8 +247,15 @@ def replay(
     json_out: JsonOpt = False,
 ) -> None:
     """Re-decide log entry N from the inputs it recorded, and show whether the same
-    decision comes out (exit 0 same, 1 different)."""
+    decision comes out (exit 0 same, 1 different). With --all, fold every entry in
+    order and check each decision's recorded inputs against the log's own history."""
+    if every == (index is not None):
+        raise UsageError("name one entry to replay, or --all (not both)")
+    if every and (rerun or spec or kernel):
+        raise UsageError("--rerun, --spec and --kernel replay one entry; drop --all")
     source, home = open_source(registry)
+    if index is None:
+        _replay_all(source, json_out)
     try:
         ((served, data),) = source.entries(index, index + 1)
     except (LogRangeError, ValueError) as exc:
@@ -266,6 +296,127 @@ def replay(
     else:
         _show_replay(result)
     raise typer.Exit(EXIT_OK if same else EXIT_FAIL)
+
+
+def _all_entries(source: LogSource) -> Iterator[tuple[int, bytes]]:
+    start = 0
+    while True:
+        try:
+            batch = source.entries(start, start + MAX_ENTRIES_PAGE)
+        except LogRangeError:
+            return
+        if not batch:
+            return
+        yield from batch
+        start = batch[-1][0] + 1
+
+
+def _envelope_fingerprints(fetch: EnvelopeFetcher) -> FingerprintOf:
+    """Certificates' fingerprints over a target's own drift fields, from served envelopes."""
+    from kcert.attest.certificate import inspect_envelope, parse_envelope
+    from kcert.digest import canonical_json
+    from kcert.errors import KcertError
+    from kcert.registry.environment import fingerprint_over
+
+    def fingerprint_of(cid: str, drift_fields: Sequence[str]) -> str | None:
+        envelope = fetch(cid)
+        if envelope is None:
+            return None
+        try:
+            contents = inspect_envelope(parse_envelope(canonical_json(dict(envelope))))
+        except KcertError:
+            return None
+        if str(contents.id) != cid:
+            return None
+        fields = contents.predicate.get("environment", {}).get("fields", {})
+        return fingerprint_over(str(contents.fingerprint), fields, drift_fields)
+
+    return functools.lru_cache(maxsize=4096)(fingerprint_of)
+
+
+def _replay_all(source: LogSource, json_out: bool) -> NoReturn:
+    from kcert.registry.history import replay_history
+
+    try:
+        result = replay_history(
+            _all_entries(source), fingerprint_of=_envelope_fingerprints(_fetcher(source))
+        )
+    except LeafError as exc:
+        emit_error(ReplayError(f"the log cannot be replayed in order: {exc}"), as_json=json_out)
+        raise typer.Exit(EXIT_FAIL) from None
+    if json_out:
+        emit_json(
+            {
+                "same": result.same,
+                "decisions": result.decisions,
+                "differences": [d.to_json() for d in result.differences],
+            }
+        )
+    else:
+        verdict = "SAME decisions" if result.same else "DIFFERENT"
+        out_console.print(
+            f"log {source.label}: {result.decisions} decisions replayed in order: {verdict}",
+            markup=False, soft_wrap=True,
+        )  # fmt: skip
+        for difference in result.differences:
+            out_console.print(f"  - {difference}", markup=False, soft_wrap=True)
+    raise typer.Exit(EXIT_OK if result.same else EXIT_FAIL)
+
+
+def state(
+    database: Annotated[
+        str | None,
+        typer.Option(
+            "--database",
+            help="The registry's database URL (default: KCERT_DATABASE_URL, "
+            "else the embedded registry in KCERT_HOME).",
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check that the registry's state (trusted keys, certificates and revocations, target
+    fingerprints, promotions, stale marks) is exactly what its log's entries fold to, and
+    name each difference (exit 0 consistent, 1 differences, 2 unreachable)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from kcert.registry.config import Settings
+    from kcert.registry.consistency import LogUnexplained, check_state
+    from kcert.registry.db import make_engine, read_session
+    from kcert.registry.errors import RegistryUnavailable
+
+    url = database or Settings().resolved_database_url()
+    engine = make_engine(url)
+    shown = engine.url.render_as_string(hide_password=True)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").exists():
+        raise UsageError(f"no registry database at {parsed.database}; name one with --database")
+    try:
+        with read_session(engine) as session:
+            result = check_state(session=session)
+    except LogUnexplained as exc:
+        emit_error(exc, as_json=json_out)
+        raise typer.Exit(EXIT_FAIL) from None
+    except SQLAlchemyError as exc:
+        raise RegistryUnavailable(
+            f"cannot read the registry database {shown}: {exc.__class__.__name__}"
+        ) from exc
+    finally:
+        engine.dispose()
+    if json_out:
+        emit_json({"database": shown, **result.to_json()})
+    else:
+        count = len(result.differences)
+        verdict = "consistent" if not count else f"{count} difference{'s' * (count != 1)}"
+        out_console.print(
+            f"registry {shown}: {result.entries} entries folded, state {verdict}",
+            markup=False, soft_wrap=True,
+        )  # fmt: skip
+        for difference in result.differences:
+            out_console.print(
+                f"  - {difference.kind}: {difference.message}", markup=False, soft_wrap=True
+            )
+    raise typer.Exit(EXIT_OK if result.consistent else EXIT_FAIL)
 
 
 def _rerun(
@@ -315,7 +466,8 @@ def _rerun(
             timing=False,
             # always sandboxed; module code only where the certificate says it was allowed
             allow_module_code=bool(
-                contents.predicate["certifier"].get("confinement", {}).get("module_code")),
+                contents.predicate["certifier"].get("confinement", {}).get("module_code")
+            ),
         ),  # fmt: skip
         progress=lambda text: err_console.print(text, soft_wrap=True, markup=False),
     )
@@ -356,4 +508,5 @@ def register(app: typer.Typer) -> None:
     """Add this module's commands to app."""
     audit_app.command("verify")(verify)
     audit_app.command("replay")(replay)
+    audit_app.command("state")(state)
     app.add_typer(audit_app)

@@ -10,6 +10,26 @@ A write session's transactions after its first commit are read transactions
 too: the answer a route builds after committing must not keep the write lock
 (and every other writer) waiting until the session closes.
 
+**Lock order.** Every write transaction takes the registry's write lock
+before it reads anything, and takes it first: on SQLite that is the database
+lock of ``BEGIN IMMEDIATE``; on PostgreSQL it is the row lock on the audit
+log's one ``log_state`` row (``SELECT ... FOR UPDATE``), taken by
+:class:`WriteSession` as the first statement of each write transaction
+(every writer opens its session with :func:`write_session`: the API's write
+routes and the embedded registry do). Every
+state change appends a leaf, and appending updates that row, so every writer
+needs that lock anyway; taking it first is what makes the order one for all of
+them (log state, then target, certificate, key, promotion and token rows, in
+whatever order each writer needs). Taking it only when appending, after
+reading, let a promotion decide on certificates read before a concurrent
+revocation committed, and let a drift report (log lock, then the key-share
+locks its foreign keys take on certificate rows) deadlock with a revocation
+(certificate row, then log lock). Under this order the row locks a writer
+takes later (``FOR UPDATE`` on the target, certificate, key or token it
+changes) are never contended by another writer. Readers take no locks: the
+gate and every read session run beside the writer. PostgreSQL runs at READ
+COMMITTED, so each statement after the lock sees everything committed before.
+
 Pools hold as many connections as the API's thread pool has threads, so a busy
 server waits on the database, not on the pool.
 
@@ -27,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
@@ -35,6 +55,7 @@ from sqlmodel import Session
 import kcert
 from alembic import command
 from kcert.registry.errors import RegistryUnavailable
+from kcert.registry.log_models import LOG_STATE_ID
 
 #: ``alembic/`` sits beside the ``kcert`` package in the (editable) checkout.
 ALEMBIC_DIR = Path(kcert.__file__).resolve().parent.parent / "alembic"
@@ -113,6 +134,9 @@ def dispose_engines() -> None:
 class WriteSession(Session):
     """A session whose first transaction writes; every one after its first commit only reads.
 
+    Its write transaction holds the registry's write lock from its first statement
+    (see "Lock order" in this module).
+
     On SQLite a write transaction holds the database lock from ``BEGIN
     IMMEDIATE`` to its end. Work done after a commit (reading back the answer)
     would otherwise open another such transaction and hold the lock until the
@@ -128,6 +152,21 @@ class WriteSession(Session):
         bind = self.bind
         if isinstance(bind, Engine) and not bind.get_execution_options().get(_READ_ONLY):
             self.bind = read_only(bind)
+
+
+#: The registry's write lock on PostgreSQL (see "Lock order" above).
+_WRITE_LOCK = text(f"SELECT size FROM log_state WHERE id = {LOG_STATE_ID} FOR UPDATE")
+
+
+@event.listens_for(WriteSession, "after_begin")
+def _take_write_lock(_session: Session, transaction: Any, connection: Connection) -> None:
+    # A savepoint runs inside a transaction that holds the lock already; SQLite took
+    # its database lock at BEGIN IMMEDIATE; a read-only bind writes nothing.
+    if transaction.nested or connection.dialect.name == "sqlite":
+        return
+    if connection.get_execution_options().get(_READ_ONLY):
+        return
+    connection.execute(_WRITE_LOCK)
 
 
 def read_only(engine: Engine) -> Engine:

@@ -46,7 +46,8 @@ from kcert.registry.policy import (
 def lock_target(session: Session, name: str) -> Target | None:
     """The target row, locked for the rest of the transaction (PostgreSQL ``FOR UPDATE``).
 
-    On SQLite the write transaction already holds the database lock.
+    A write session holds the registry's write lock already (see "Lock order" in
+    :mod:`kcert.registry.db`), so this row lock is never contended by another writer.
     """
     return session.exec(select(Target).where(Target.name == name).with_for_update()).first()
 

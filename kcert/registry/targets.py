@@ -10,8 +10,9 @@ the fingerprint or the drift fields change, in one transaction:
 - every active promotion on the target left without a valid certificate is
   suspended (and logged with the inputs that decided it).
 
-Concurrent reports for one target queue on the target's row lock (PostgreSQL)
-or the database write lock (SQLite), so no report overwrites another unseen.
+Concurrent reports queue on the registry's write lock, taken before anything
+is read (:mod:`kcert.registry.db`, "Lock order"), so no report overwrites
+another unseen, and none deadlocks with a revocation or a promotion.
 """
 
 from __future__ import annotations

@@ -472,3 +472,31 @@ def test_rerun_on_the_gpu_reproduces_every_anchor(
         assert result.exit_code == 0, result.output
         body = _json(result)
         assert body["same"] is True and body["rerun"] == [], body
+
+
+def test_replay_all_follows_every_decision_from_the_history_before_it(
+    registry: Registry,
+) -> None:
+    result = _run("replay", "--all", "--json")
+    assert result.exit_code == 0, result.output
+    assert _json(result) == {"same": True, "decisions": 3, "differences": []}
+    assert _run("replay").exit_code == 2
+    assert _run("replay", "1", "--all").exit_code == 2
+    # The grant logged again after the drift: its inputs are no longer the log's state.
+    granted = registry.decisions[0]
+    with read_session(registry.engine) as s:
+        (record,) = audit.read_entries(s, granted, granted + 1)
+    payload = json.loads(record.leaf)["payload"]
+    with write_session(registry.engine) as s:
+        index = audit.record_event(s, "promotion.granted", payload)
+        s.commit()
+    result = _run("replay", "--all")
+    assert result.exit_code == 1
+    assert f"entry {index} (promotion.granted): target_fingerprint: recorded" in result.stdout
+    assert "decision: recorded allow" in result.stdout
+
+
+def test_replay_all_over_http(served: Registry) -> None:
+    result = _run("replay", "--all", "--registry", "http://testserver", "--json")
+    assert result.exit_code == 0, result.output
+    assert _json(result)["decisions"] == 3
