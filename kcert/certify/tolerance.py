@@ -71,13 +71,28 @@ from kcert.errors import KcertError
 
 #: Unit roundoff (half an ulp of 1.0) per dtype.
 UNIT_ROUNDOFF = {"f16": 2.0**-11, "bf16": 2.0**-8, "f32": 2.0**-24, "f64": 2.0**-53}
-FLOOR_FACTOR = 2.0**9
+#: ``R`` with and without a precision-matched evaluation of the reference.
+MATCHED_FLOOR = 2.0
+FLOOR_FACTOR = 8.0
 SAFETY = 2.0
+#: ``C``: how many times the float32 reference's error a kernel may commit.
+MATCHED_FACTOR = 3.0
+#: Evaluations of the float32 reference: at the inputs and at inputs nearby.
+MATCHED_SAMPLES = 4
+#: Elements are alike when ``|ref|`` and ``|ref| + S`` fall in the same span of this many binades.
+GROUP_BINADES = 2
+NEARBY = 2.0**-6
+#: The normwise floor: this many ``u_c`` of the output's median magnitude.
+TYPICAL_FACTOR = 2.0
 PERTURBATION = 2.0**-16
 PERTURBATION_DRAWS = 3
 
 #: Runs the reference on float64 inputs by name and returns float64 outputs by name.
 ReferenceCall = Callable[[Mapping[str, np.ndarray[Any, Any]]], Mapping[str, np.ndarray[Any, Any]]]
+#: The same reference evaluated in float32 (:mod:`kcert.certify.lowp`), its answers widened
+#: to float64; ``None`` when it was not a float32 evaluation.
+Float32Call = Callable[[Mapping[str, np.ndarray[Any, Any]]],
+                       Mapping[str, np.ndarray[Any, Any]] | None]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -129,8 +144,14 @@ def allowances(
     inputs: Mapping[str, np.ndarray[Any, Any]],
     expected: Mapping[str, np.ndarray[Any, Any]],
     dims: Mapping[str, int],
+    *,
+    float32: Float32Call | None = None,
 ) -> dict[str, Allowance]:
-    """The bound of every output; ``expected`` is the reference's float64 answer on ``inputs``."""
+    """The bound of every output; ``expected`` is the reference's float64 answer on ``inputs``.
+
+    ``float32`` evaluates the reference in float32; with it (and a float32 compute
+    precision) the bound adds ``C·E`` and its floor drops to :data:`MATCHED_FLOOR`.
+    """
     result: dict[str, Allowance] = {}
     modelled: list[BufferArg] = []
     for out in kernel.outputs:
@@ -153,11 +174,17 @@ def allowances(
     except KcertError:
         scales = {}  # the reference refuses scaled inputs: measure its response instead
     perturbed: Mapping[str, np.ndarray[Any, Any]] | None = None
+    counts = _term_counts(kernel, reference, wide, scales) if scales else {}
+    spreads: dict[str, np.ndarray[Any, Any]] = {}
+    lengths: dict[str, np.ndarray[Any, Any]] = {}
+    methods: dict[str, str] = {}
     for out in modelled:
-        ref = np.abs(np.asarray(expected[out.name], dtype=np.float64))
-        length = accumulation_length(kernel, out, dims)
+        length: Any = accumulation_length(kernel, out, dims)
         spread = scales.get(out.name)
         method = "homogeneous"
+        if spread is not None and out.name in counts:
+            # a scan keeps the axis it accumulates along: count its terms per element
+            length = np.maximum(length, counts[out.name])
         if spread is None:
             if perturbed is None:
                 try:
@@ -167,14 +194,136 @@ def allowances(
             spread, method = perturbed[out.name], "perturbation"
             # a nonlinear reference may reduce along any input axis inside (softmax, layernorm)
             length = max(length, _longest_axis(inputs))
+        spreads[out.name], lengths[out.name], methods[out.name] = spread, length, method
+    matched: dict[str, np.ndarray[Any, Any]] = {}
+    if float32 is not None and compute_dtype(kernel) == "f32":
+        matched = matched_errors(kernel, reference, float32, wide, expected, spreads)
+    for out in modelled:
+        ref = np.abs(np.asarray(expected[out.name], dtype=np.float64))
+        spread, length = spreads[out.name], lengths[out.name]
+        error = matched.get(out.name)
         u_out = UNIT_ROUNDOFF[out.dtype]
-        rtol = 2 * u_out + FLOOR_FACTOR * u_c
-        atol = tiny(out.dtype)
+        floor = FLOOR_FACTOR if error is None else MATCHED_FLOOR
+        rtol = 2 * u_out + floor * u_c
+        atol = tiny(out.dtype) + TYPICAL_FACTOR * u_c * _typical(ref)
         with np.errstate(all="ignore"):
             model = SAFETY * u_c * np.sqrt(length) * (ref + spread)
+            if error is not None:
+                model = np.maximum(model, MATCHED_FACTOR * error)
             allowed = atol + rtol * ref + np.where(np.isfinite(model), model, 0.0)
-        result[out.name] = Allowance(allowed, atol, rtol, method, length)
+        method = methods[out.name] + ("+float32" if error is not None else "")
+        result[out.name] = Allowance(allowed, atol, rtol, method, int(np.max(length)))
     return result
+
+
+def _typical(ref: np.ndarray[Any, Any]) -> float:
+    """The median magnitude of an output's finite elements (0 when it has none)."""
+    finite = ref[np.isfinite(ref)]
+    return float(np.median(finite)) if finite.size else 0.0
+
+
+def matched_errors(
+    kernel: KernelSpec, reference: ReferenceCall, float32: Float32Call,
+    inputs: Mapping[str, np.ndarray[Any, Any]], expected: Mapping[str, np.ndarray[Any, Any]],
+    spreads: Mapping[str, np.ndarray[Any, Any]],
+) -> dict[str, np.ndarray[Any, Any]]:  # fmt: skip
+    """``E``: the float32 reference's error, as the worst one among elements like each.
+
+    The reference runs in float32 at the inputs and at inputs moved a little
+    (:func:`_nearby`); each run's error against the float64 reference at the
+    same inputs is one sample per element. One sample is a poor estimate of an
+    element's error (a rounding may land exactly), so elements are grouped by the
+    binade of ``|ref|`` and of ``|ref| + S``, i.e. by size and conditioning, and
+    each gets the largest error of its group: a normwise bound within groups of
+    alike elements. Empty when the reference refuses float32 or leaves it.
+    """
+    floats = [name for name in inputs if _is_float(kernel, name)]
+    if not floats:
+        return {}
+    rng = np.random.Generator(np.random.PCG64(0x66333272))  # fixed: the bound is reproducible
+    samples: list[tuple[Mapping[str, np.ndarray[Any, Any]], Mapping[str, np.ndarray[Any, Any]],
+                        Mapping[str, np.ndarray[Any, Any]]]] = []  # fmt: skip
+    for k in range(MATCHED_SAMPLES):
+        if k == 0:
+            moved, truth = inputs, expected
+        else:
+            moved = {n: _nearby(v, rng) if n in floats else v for n, v in inputs.items()}
+            try:
+                truth = reference(moved)
+            except KcertError:
+                break
+        try:
+            low = float32(moved)
+        except KcertError:
+            return {}
+        if low is None:
+            return {}
+        samples.append((moved, truth, low))
+    result: dict[str, np.ndarray[Any, Any]] = {}
+    for name, spread in spreads.items():
+        ref = np.abs(np.asarray(expected[name], dtype=np.float64))
+        codes, errors = [], []
+        for _, truth, low in samples:
+            exact = np.asarray(truth[name], dtype=np.float64)
+            with np.errstate(all="ignore"):
+                error = np.abs(np.asarray(low[name], dtype=np.float64) - exact)
+            errors.append(np.where(np.isfinite(error), error, 0.0).reshape(-1))
+            codes.append(_group_code(np.abs(exact), spread).reshape(-1))
+        mine = _group_code(ref, spread).reshape(-1)
+        groups, inverse = np.unique(np.concatenate([mine, *codes]), return_inverse=True)
+        worst = np.zeros(groups.size)
+        np.maximum.at(worst, inverse[mine.size:], np.concatenate(errors))
+        result[name] = worst[inverse[: mine.size]].reshape(ref.shape)
+    return result
+
+
+def _group_code(ref: np.ndarray[Any, Any], spread: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Per element, one integer for the spans of binades of ``|ref|`` and of ``|ref| + S``."""
+    with np.errstate(all="ignore"):
+        size = np.broadcast_to(np.abs(spread), ref.shape) + ref
+        low = np.frexp(np.where(np.isfinite(ref), ref, 0.0))[1].astype(np.int64)
+        high = np.frexp(np.where(np.isfinite(size), size, 0.0))[1].astype(np.int64)
+    low = np.where(ref == 0, -8192, low // GROUP_BINADES)  # zero apart from the subnormals
+    high = high // GROUP_BINADES
+    code: np.ndarray[Any, Any] = (low + 8192) * 16384 + (high + 8192)
+    return code
+
+
+def _nearby(value: np.ndarray[Any, Any], rng: np.random.Generator) -> np.ndarray[Any, Any]:
+    """``value`` moved by a random relative amount up to :data:`NEARBY`, rounded to float32.
+
+    Thousands of float32 ulps: far enough that every rounding inside the reference
+    lands differently, near enough that the element stays alike (same binades).
+    """
+    shift = 1.0 + NEARBY * (2.0 * rng.random(np.shape(value)) - 1.0)
+    with np.errstate(all="ignore"):
+        moved = np.asarray(np.asarray(value, dtype=np.float64) * shift, dtype=np.float32)
+    keep = ~np.isfinite(moved)
+    return np.where(keep, value, moved.astype(np.float64))
+
+
+def _term_counts(
+    kernel: KernelSpec, reference: ReferenceCall, inputs: Mapping[str, np.ndarray[Any, Any]],
+    scales: Mapping[str, np.ndarray[Any, Any]],
+) -> dict[str, np.ndarray[Any, Any]]:  # fmt: skip
+    """How many terms each element of a homogeneous output sums: ``|f(1, 1, ...)|``.
+
+    A cumulative sum keeps the axis it accumulates along, so the dims alone say 1;
+    on all-ones inputs its ``i``-th element is ``i + 1``. Capped at the longest input
+    axis, the length a non-homogeneous reference is credited with anyway.
+    """
+    ones = {n: np.ones(np.shape(v)) if _is_float(kernel, n) else v for n, v in inputs.items()}
+    try:
+        answer = reference(ones)
+    except KcertError:
+        return {}
+    cap = _longest_axis(inputs)
+    counts = {}
+    for name in scales:
+        with np.errstate(all="ignore"):
+            count = np.abs(np.asarray(answer[name], dtype=np.float64))
+        counts[name] = np.clip(np.where(np.isfinite(count), np.rint(count), 1.0), 1, cap)
+    return counts
 
 
 def _homogeneous_scales(
