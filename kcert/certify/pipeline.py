@@ -230,7 +230,7 @@ class _Certifier:
 
         def call_float32(
             values: Mapping[str, np.ndarray[Any, Any]],
-        ) -> Mapping[str, np.ndarray[Any, Any]] | None:  # fmt: skip
+        ) -> tuple[Mapping[str, np.ndarray[Any, Any]], bool]:  # fmt: skip
             return self.reference.call_float32(values, launch, probe=probe.id)
 
         bounds = allowances(self.kernel, call, inputs, expected, probe.dims,

@@ -76,11 +76,9 @@ class Reference:
 
     def call_float32(
         self, inputs: Mapping[str, np.ndarray[Any, Any]], launch: Launch, *, probe: str = ""
-    ) -> dict[str, np.ndarray[Any, Any]] | None:
-        """The reference evaluated in float32 (:mod:`kcert.certify.lowp`), as float64 arrays.
-
-        ``None`` when the reference's answer left float32 evaluation on the way.
-        """
+    ) -> tuple[dict[str, np.ndarray[Any, Any]], bool]:
+        """The reference evaluated in float32 (:mod:`kcert.certify.lowp`), as float64 arrays,
+        and whether its float answers stayed float32 throughout."""
         kwargs: dict[str, Any] = {}
         for arg in self.kernel.args:
             if isinstance(arg, BufferArg):
@@ -98,9 +96,7 @@ class Reference:
             raise ReferenceFailure(f"{where} raised {type(exc).__name__}: {exc}") from exc
         floats = [o.name for o in self.kernel.outputs if o.dtype in FLOAT_DTYPES]
         raw = [result.get(n) for n in floats] if isinstance(result, Mapping) else [result]
-        if not all(is_float32(v) for v in raw):
-            return None
-        return self._outputs(result, launch, where)
+        return self._outputs(result, launch, where), all(is_float32(v) for v in raw)
 
     def _argument(self, arg: BufferArg, inputs: Mapping[str, np.ndarray[Any, Any]],
                   launch: Launch) -> np.ndarray[Any, Any]:  # fmt: skip

@@ -8,7 +8,7 @@ operation's own rounding error at the kernel's precision, derived from the
 reference itself. For every element ``i`` of a floating-point output::
 
     allowed[i] = atol + rtol·|ref[i]| + max(M[i], C·E[i])
-    atol = tiny(out) + 2·u_c·median|ref|        rtol = 2·u_out + R·u_c
+    atol = tiny(out) + 4·u_c·median|ref|        rtol = 2·u_out + R·u_c
     M[i] = K·u_c·√L[i]·(|ref[i]| + S[i])        (the error model)
 
 * ``E[i]`` is the yardstick of the best kernel test suites (FlashAttention's
@@ -22,13 +22,13 @@ reference itself. For every element ``i`` of a floating-point output::
   of one. It is what lets a correct float32 tanh-GELU, softplus or
   log-softmax through where their formulas cancel internally: the reference's
   formula cancels the same way in float32. It exists when the compute
-  precision is float32 and the reference stays in float32 when given float32
-  arrays; otherwise only the model remains.
-* ``R`` is the floor for short computations: 2 (one ulp) with ``E``, 8 without
-  it (four ulps, for elementary functions a few ulps off); ``2·u_out`` is the
+  precision is float32 and the reference accepts float32 arrays.
+* ``R`` is the floor for short computations: 2 (one ulp) with an ``E`` whose
+  evaluation stayed float32 throughout, 8 otherwise (four ulps, for
+  elementary functions a few ulps off); ``2·u_out`` is the
   final rounding and the comparison's own. ``atol`` excuses flushed subnormals
-  (``tiny``) and is normwise beyond that: two ``u_c`` of the output's median
-  magnitude, below which a formula that adds O(1) constants (``1 + exp(x)``)
+  (``tiny``) and is normwise beyond that: four ``u_c`` of the median magnitude
+  of the output's nonzero elements, below which a formula that adds O(1) constants (``1 + exp(x)``)
   loses what it adds to.
 * ``u_out`` is the unit roundoff of the output dtype; ``u_c`` that of the
   compute precision: float64 when any buffer is float64, else float32, since
@@ -105,16 +105,16 @@ MATCHED_SAMPLES = 4
 GROUP_BINADES = 2
 NEARBY = 2.0**-6
 #: The normwise floor: this many ``u_c`` of the output's median magnitude.
-TYPICAL_FACTOR = 2.0
+TYPICAL_FACTOR = 4.0
 PERTURBATION = 2.0**-16
 PERTURBATION_DRAWS = 3
 
 #: Runs the reference on float64 inputs by name and returns float64 outputs by name.
 ReferenceCall = Callable[[Mapping[str, np.ndarray[Any, Any]]], Mapping[str, np.ndarray[Any, Any]]]
 #: The same reference evaluated in float32 (:mod:`kcert.certify.lowp`), its answers widened
-#: to float64; ``None`` when it was not a float32 evaluation.
+#: to float64, and whether they stayed float32 throughout (no plain float64 array on the way).
 Float32Call = Callable[[Mapping[str, np.ndarray[Any, Any]]],
-                       Mapping[str, np.ndarray[Any, Any]] | None]  # fmt: skip
+                       tuple[Mapping[str, np.ndarray[Any, Any]], bool]]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -218,14 +218,15 @@ def allowances(
             length = max(length, _longest_axis(inputs))
         spreads[out.name], lengths[out.name], methods[out.name] = spread, length, method
     matched: dict[str, np.ndarray[Any, Any]] = {}
+    throughout = False
     if float32 is not None and compute_dtype(kernel) == "f32":
-        matched = matched_errors(kernel, reference, float32, wide, expected, spreads)
+        matched, throughout = matched_errors(kernel, reference, float32, wide, expected, spreads)
     for out in modelled:
         ref = np.abs(np.asarray(expected[out.name], dtype=np.float64))
         spread, length = spreads[out.name], lengths[out.name]
         error = matched.get(out.name)
         u_out = UNIT_ROUNDOFF[out.dtype]
-        floor = FLOOR_FACTOR if error is None else MATCHED_FLOOR
+        floor = MATCHED_FLOOR if error is not None and throughout else FLOOR_FACTOR
         rtol = 2 * u_out + floor * u_c
         atol = tiny(out.dtype) + TYPICAL_FACTOR * u_c * _typical(ref)
         with np.errstate(all="ignore"):
@@ -233,14 +234,18 @@ def allowances(
             if error is not None:
                 model = np.maximum(model, MATCHED_FACTOR * error)
             allowed = atol + rtol * ref + np.where(np.isfinite(model), model, 0.0)
-        method = methods[out.name] + ("+float32" if error is not None else "")
+        suffix = "" if error is None else "+float32" if throughout else "+float32-partial"
+        method = methods[out.name] + suffix
         result[out.name] = Allowance(allowed, atol, rtol, method, int(np.max(length)))
     return result
 
 
 def _typical(ref: np.ndarray[Any, Any]) -> float:
-    """The median magnitude of an output's finite elements (0 when it has none)."""
-    finite = ref[np.isfinite(ref)]
+    """The median magnitude of an output's finite nonzero elements (0 when it has none).
+
+    Nonzero: an output that is mostly padding or masked zeros still has a scale.
+    """
+    finite = ref[np.isfinite(ref) & (ref != 0)]
     return float(np.median(finite)) if finite.size else 0.0
 
 
@@ -248,8 +253,12 @@ def matched_errors(
     kernel: KernelSpec, reference: ReferenceCall, float32: Float32Call,
     inputs: Mapping[str, np.ndarray[Any, Any]], expected: Mapping[str, np.ndarray[Any, Any]],
     spreads: Mapping[str, np.ndarray[Any, Any]],
-) -> dict[str, np.ndarray[Any, Any]]:  # fmt: skip
+) -> tuple[dict[str, np.ndarray[Any, Any]], bool]:  # fmt: skip
     """``E``: the float32 reference's error, as the worst one among elements like each.
+
+    Also whether the evaluation stayed float32 throughout: a reference that fills a
+    float64 array (``np.zeros``) with float32 results is evaluated only in part, its
+    ``E`` is a lower estimate, and the floor stays that of the model.
 
     The reference runs in float32 at the inputs and at inputs moved a little
     (:func:`_nearby`); each run's error against the float64 reference at the
@@ -257,14 +266,15 @@ def matched_errors(
     element's error (a rounding may land exactly), so elements are grouped by the
     binade of ``|ref|`` and of ``|ref| + S``, i.e. by size and conditioning, and
     each gets the largest error of its group: a normwise bound within groups of
-    alike elements. Empty when the reference refuses float32 or leaves it.
+    alike elements. Empty when the reference refuses float32.
     """
     floats = [name for name in inputs if _is_float(kernel, name)]
     if not floats:
-        return {}
+        return {}, False
     rng = np.random.Generator(np.random.PCG64(0x66333272))  # fixed: the bound is reproducible
     samples: list[tuple[Mapping[str, np.ndarray[Any, Any]], Mapping[str, np.ndarray[Any, Any]],
                         Mapping[str, np.ndarray[Any, Any]]]] = []  # fmt: skip
+    throughout = True
     for k in range(MATCHED_SAMPLES):
         if k == 0:
             moved, truth = inputs, expected
@@ -275,11 +285,10 @@ def matched_errors(
             except KcertError:
                 break
         try:
-            low = float32(moved)
+            low, stayed = float32(moved)
         except KcertError:
-            return {}
-        if low is None:
-            return {}
+            return {}, False
+        throughout = throughout and stayed
         samples.append((moved, truth, low))
     result: dict[str, np.ndarray[Any, Any]] = {}
     for name, spread in spreads.items():
@@ -296,7 +305,7 @@ def matched_errors(
         worst = np.zeros(groups.size)
         np.maximum.at(worst, inverse[mine.size:], np.concatenate(errors))
         result[name] = worst[inverse[: mine.size]].reshape(ref.shape)
-    return result
+    return result, throughout
 
 
 def _group_code(ref: np.ndarray[Any, Any], spread: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
