@@ -107,6 +107,12 @@ def _narrow(value: Any) -> Any:
 def _wrap(result: Any) -> Any:
     if isinstance(result, tuple):
         return tuple(_wrap(r) for r in result)
+    if isinstance(result, np.ndarray) and result.dtype == object:
+        # np.vectorize(math.erf) and other frompyfunc ufuncs: Python floats, rounded to float32
+        try:
+            return result.astype(np.float32).view(Float32Array)
+        except (TypeError, ValueError):
+            return result
     if isinstance(result, np.ndarray) and result.dtype.kind == "f":
         return result.astype(np.float32, copy=False).view(Float32Array)
     if isinstance(result, np.floating):

@@ -50,7 +50,8 @@ reference itself. For every element ``i`` of a floating-point output::
   - when the reference is positively homogeneous (``f(2x) = 2^d f(x)`` for
     its float inputs, ``d >= 1``: sums, dot products, matmuls, convolutions,
     scalings, max), ``S = √|f(x∘x)|``, the 2-norm of the terms of a
-    multilinear sum. The partial sums of a zero-mean sum stay of the order
+    multilinear sum; where terms of opposite signs cancel in it along with
+    the result (``a·cos − b·sin``), half the perturbation response below. The partial sums of a zero-mean sum stay of the order
     of ``‖terms‖₂``, those of a biased one of ``|ref|``; the bound covers both.
   - otherwise (softmax, exp, normalisation) ``S`` is the reference's response
     to random relative perturbations of its float inputs, measured at size
@@ -107,6 +108,8 @@ NEARBY = 2.0**-6
 #: The normwise floor: this many ``u_c`` of the output's median magnitude.
 TYPICAL_FACTOR = 4.0
 PERTURBATION = 2.0**-16
+#: A homogeneous reference's ``S`` is at least this share of its perturbation response.
+PERTURBED_SHARE = 0.5
 PERTURBATION_DRAWS = 3
 
 #: Runs the reference on float64 inputs by name and returns float64 outputs by name.
@@ -195,7 +198,10 @@ def allowances(
         scales = _homogeneous_scales(kernel, reference, wide, expected)
     except KcertError:
         scales = {}  # the reference refuses scaled inputs: measure its response instead
-    perturbed: Mapping[str, np.ndarray[Any, Any]] | None = None
+    try:
+        perturbed = _perturbation_response(kernel, reference, wide, expected)
+    except KcertError:  # no response measured: the floor and |ref| terms remain
+        perturbed = {name: np.zeros(np.shape(v)) for name, v in expected.items()}
     counts = _term_counts(kernel, reference, wide, scales) if scales else {}
     spreads: dict[str, np.ndarray[Any, Any]] = {}
     lengths: dict[str, np.ndarray[Any, Any]] = {}
@@ -207,12 +213,12 @@ def allowances(
         if spread is not None and out.name in counts:
             # a scan keeps the axis it accumulates along: count its terms per element
             length = np.maximum(length, counts[out.name])
-        if spread is None:
-            if perturbed is None:
-                try:
-                    perturbed = _perturbation_response(kernel, reference, wide, expected)
-                except KcertError:  # no response measured: the floor and |ref| terms remain
-                    perturbed = {name: np.zeros(np.shape(v)) for name, v in expected.items()}
+        if spread is not None:
+            # terms of opposite signs (a·cos - b·sin) cancel in f(x∘x) with the result;
+            # the response to perturbing each input does not (it counts a product's
+            # terms once per factor, hence the half)
+            spread = np.maximum(spread, PERTURBED_SHARE * perturbed[out.name])
+        else:
             spread, method = perturbed[out.name], "perturbation"
             # a nonlinear reference may reduce along any input axis inside (softmax, layernorm)
             length = max(length, _longest_axis(inputs))

@@ -254,7 +254,11 @@ def test_correct_float32_rotary_embedding_passes(tmp_path: Path) -> None:
         fused = torch.cat([torch.addcmul(q1 * c, q2, -s), torch.addcmul(q2 * c, q1, s)], dim=-1)
         plain = torch.cat([q1 * c - q2 * s, q2 * c + q1 * s], dim=-1)
         for got in (fused, plain):
-            assert bad_elements(kernel, rotary_ref, inputs, {"y": got.numpy()}, dims) == 0
+            # with the yardstick, and with the model alone (a float64 kernel's case), whose
+            # term size no longer cancels with the result where q1·cos ≈ q2·sin
+            for matched in (True, False):
+                assert bad_elements(kernel, rotary_ref, inputs, {"y": got.numpy()}, dims,
+                                    matched=matched) == 0  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- the scale caught
