@@ -51,8 +51,9 @@ reference itself. For every element ``i`` of a floating-point output::
     its float inputs, ``d >= 1``: sums, dot products, matmuls, convolutions,
     scalings, max), ``S = √|f(x∘x)|``, the 2-norm of the terms of a
     multilinear sum; where terms of opposite signs cancel in it along with
-    the result (``a·cos − b·sin``), half the perturbation response below. The partial sums of a zero-mean sum stay of the order
-    of ``‖terms‖₂``, those of a biased one of ``|ref|``; the bound covers both.
+    the result (``a·cos − b·sin``), half the perturbation response below.
+    The partial sums of a zero-mean sum stay of the order of ``‖terms‖₂``,
+    those of a biased one of ``|ref|``; the bound covers both.
   - otherwise (softmax, exp, normalisation) ``S`` is the reference's response
     to random relative perturbations of its float inputs, measured at size
     ``2**-16`` and scaled down to ``u_c`` (root mean square of three draws of
