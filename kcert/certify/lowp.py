@@ -12,12 +12,13 @@ down to float32 and round every result to float32. A reference
 written for float64 (``x.astype(np.float64)``, ``np.float64(a) * x``) is thus
 evaluated operation by operation in float32, as a kernel would be; and
 ``log1p``, ``expm1`` and ``logaddexp``, which Triton's language lacks, are
-evaluated as a kernel writes them out (``log(1 + x)``...).
+evaluated as a kernel writes them out (``log(1 + x)``...); a scalar function
+applied through ``np.vectorize`` (``math.erf``) is rounded to float32.
 
-A reference that leaves NumPy's ufuncs for a plain float64 array
-(``np.asarray(x, dtype=np.float64)``, ``float(x[0])``) ends
-in float64: its answer is not a float32 evaluation, and
-the tolerance falls back to its error model (:func:`is_float32` tells). This
+A reference that leaves for a plain float64 array on the way
+(``np.asarray(x, dtype=np.float64)``, filling ``np.zeros(shape)``) goes on in
+float64: its answer is a float32 evaluation only in part, which
+:func:`is_float32` tells, and the tolerance keeps its model's floor. This
 runs in the certifier's process exactly like the float64 reference call: the
 same bytes, the same function, fresh copies of the inputs.
 """

@@ -15,7 +15,7 @@ import pytest
 from kcert.certify.pipeline import CertifyOptions, certify
 from kcert.certify.probes import domain_ends, fixed_probes, make_inputs, value_families
 from kcert.certify.report import Status, Verdict
-from kcert.certify.spec import SpecError, ValueDomain, load_spec, parse_spec
+from kcert.certify.spec import KernelSpec, SpecError, ValueDomain, load_spec, parse_spec
 
 SPEC = Path(__file__).resolve().parents[1] / "assets" / "values" / "kcert.toml"
 
@@ -50,13 +50,13 @@ def test_value_family_kernels(name: str) -> None:
     assert ("nan" in families["x"]) is ("nonfinite" in name)
 
 
-def spec_of(tmp_path: Path, **extra: object) -> Path:
+def spec_of(tmp_path: Path, **extra: object) -> KernelSpec:
     (tmp_path / "k.py").write_text("def k():\n    pass\n")
     (tmp_path / "ref.py").write_text("def ref(**kw):\n    return None\n")
     table = {"name": "k", "source": "k.py", "entry": "k", "reference": "ref.py:ref",
              "grid": ["1"], "dims": {"m": [64], "n": [4096]},
              "args": {"x": "in f32[m, n]", "i": "in i32[n]", "y": "out f32[m, n]"}, **extra}
-    return parse_spec({"kernel": [table]}, tmp_path / "kcert.toml").kernels[0]  # type: ignore[return-value]
+    return parse_spec({"kernel": [table]}, tmp_path / "kcert.toml").kernels[0]
 
 
 def test_every_binade_between_the_domain_ends_is_drawn(tmp_path: Path) -> None:
