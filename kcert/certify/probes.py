@@ -355,7 +355,13 @@ def value_families(kernel: KernelSpec) -> dict[str, list[str]]:
         elif buf.dtype not in FLOAT_DTYPES:
             names = ["range"] if domain.kind != "auto" else ["small", "large", "zero"]
         else:
-            names = ["bulk", "large", "tiny", "zero", "binades", "integers", "edges"]
+            names = ["bulk", "large"]
+            if domain.kind == "uniform":
+                tiny, zero = domain.a < 0 < domain.b, domain.a <= 0 <= domain.b
+            else:  # as _float_values draws them
+                tiny = zero = domain.kind == "auto" or abs(domain.a) <= 3 * domain.b
+            names += ["tiny"] * tiny + ["zero"] * zero
+            names += ["binades", "integers", "edges"]
             centre, _, _, both = domain_ends(buf.dtype, domain)
             if both and centre == 0 and len(buf.shape) >= 2:
                 names.append("sign-rows")
