@@ -20,7 +20,9 @@ From those, per probe:
   so races, reads of uninitialised memory and reads of the guards show up;
 * ``special-values``: NaN or Inf in run A's output where the reference,
   rounded to the output dtype, has none (an Inf where the exact answer is
-  within tolerance of the dtype's overflow threshold is a correct rounding);
+  within tolerance of the dtype's overflow threshold is a correct rounding),
+  and the other way round: where the reference is NaN or ±Inf (non-finite
+  inputs, ``[kernel.nonfinite]``), the kernel must give the same;
 * ``correctness``: run A's output against the reference, element by element,
   with the bounds of :mod:`kcert.certify.tolerance`.
 
@@ -189,6 +191,15 @@ def evaluate(ev: ProbeEvidence) -> ProbeResult:
             special.append(f"'{buf.name}' has {count} NaN/Inf value(s) where the reference has "
                            f"none, first at {index} (got {value}, expected {ref[index]})")
             details["special-values"][buf.name] = {"count": count, "first_index": list(index)}
+        lost = lost_specials(buf.dtype, data_a, ref) & written
+        if lost.any():
+            count, index = int(lost.sum()), _first(lost)
+            value = data_a[index] if index else data_a.reshape(())
+            special.append(f"'{buf.name}' has {count} element(s) where the reference is NaN/Inf "
+                           f"and the kernel is not, first at {index} (got {value}, expected "
+                           f"{ref[index]})")  # fmt: skip
+            details["special-values"].setdefault(buf.name, {}).update(
+                {"lost": count, "first_lost_index": list(index)})
         metrics = compare(buf.dtype, data_a, ref, allowance, mask=written)
         result.metrics[buf.name] = metrics
         if metrics.bad_count:
@@ -305,6 +316,17 @@ def _special(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
     bad: np.ndarray[Any, Any] = (nonfinite & np.isfinite(r) & ~excused) | (np.isnan(g)
                                                                           & ~np.isnan(r))
     return bad
+
+
+def lost_specials(dtype: str, got: np.ndarray[Any, Any],
+                  ref: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
+    """Where the reference is NaN or ±Inf and the kernel's element is not the same."""
+    if dtype not in FLOAT_DTYPES:
+        return np.zeros(got.shape, dtype=bool)
+    g = got.astype(np.float64)
+    r = ref.astype(np.float64)
+    lost: np.ndarray[Any, Any] = (np.isnan(r) & ~np.isnan(g)) | (np.isinf(r) & (g != r))
+    return lost
 
 
 def _data(buf: PaddedBuffer, padded: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

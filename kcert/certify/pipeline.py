@@ -35,6 +35,7 @@ from kcert.certify.probes import (
     fresh_probes,
     make_inputs,
     make_probe,
+    value_families,
 )  # fmt: skip
 from kcert.certify.reference import Reference
 from kcert.certify.report import (
@@ -168,7 +169,7 @@ class _Certifier:
             minimize_stopped=self.minimize_stopped, scope_notes=scope_notes(kernel, executor),
             certifier_version=kcert.__version__,
             issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            confinement=self.confinement.to_json(),
+            confinement=self.confinement.to_json(), value_families=value_families(kernel),
         )  # fmt: skip
 
     # ------------------------------------------------------------------ build
@@ -234,7 +235,13 @@ class _Certifier:
         def call(values: Mapping[str, np.ndarray[Any, Any]]) -> Mapping[str, np.ndarray[Any, Any]]:
             return self.reference(values, launch, probe=probe.id)
 
-        bounds = allowances(self.kernel, call, inputs, expected, probe.dims)
+        def call_float32(
+            values: Mapping[str, np.ndarray[Any, Any]],
+        ) -> tuple[Mapping[str, np.ndarray[Any, Any]], bool]:  # fmt: skip
+            return self.reference.call_float32(values, launch, probe=probe.id)
+
+        bounds = allowances(self.kernel, call, inputs, expected, probe.dims,
+                            float32=call_float32)  # fmt: skip
         rounded = {o.name: _round(expected[o.name], o.dtype) for o in self.kernel.outputs}
         return rounded, dict(bounds)
 
@@ -491,7 +498,7 @@ _PASS_TEXT = {
     "bounds": "no write outside any buffer",
     "input-integrity": "inputs unchanged",
     "determinism": "identical output bytes across poisons and addresses",
-    "special-values": "no NaN or Inf where the reference has none",
+    "special-values": "NaN and Inf exactly where the reference has them",
 }
 
 

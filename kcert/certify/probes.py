@@ -46,8 +46,16 @@ from kcert.certify.tolerance import float_info
 #: product is 4096 and a sum of a few of those still fits in 65504).
 _AUTO_LARGE_EXP = {"f16": 6, "bf16": 12, "f32": 12, "f64": 20}
 _AUTO_TINY_EXP = {"f16": -10, "bf16": -20, "f32": -20, "f64": -40}
-#: Probability of each family for one float element: bulk, large, tiny, zero.
-_FAMILY_WEIGHTS = (0.70, 0.12, 0.12, 0.06)
+#: Probability of each family for one float element: bulk, large, tiny, zero, then
+#: (:func:`_spread_families`) every binade between the domain's ends, integer values and
+#: the domain's edges.
+_FAMILY_WEIGHTS = (0.50, 0.10, 0.10, 0.05, 0.13, 0.08, 0.04)
+_BINADES, _INTEGERS, _EDGES = 4, 5, 6
+#: Rows (the innermost axis) whose real values all share one sign: negative, positive.
+_ROW_SIGN_WEIGHTS = (0.30, 0.15)
+#: Share of elements that are non-finite, in buffers whose spec opts in (``nonfinite``).
+_NONFINITE_RATE = 0.05
+NONFINITE_KINDS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,13 +192,18 @@ def make_inputs(kernel: KernelSpec, probe: Probe) -> dict[str, np.ndarray[Any, A
         domain = probe.launch.domains.get(buf.name) or kernel.values.get(buf.name,
                                                                          ValueDomain("auto"))
         stream = _Stream([probe.seed, _name_word(buf.name)])
-        inputs[buf.name] = draw_values(stream, buf, domain, shape)
+        special = tuple(kernel.nonfinite.get(buf.name, ()))
+        inputs[buf.name] = draw_values(stream, buf, domain, shape, special)
     return inputs
 
 
-def draw_values(stream: _Stream, buf: BufferArg, domain: ValueDomain,
-                shape: tuple[int, ...]) -> np.ndarray[Any, Any]:  # fmt: skip
-    """Values for one buffer, drawn from ``domain`` with the value families mixed in."""
+def draw_values(stream: _Stream, buf: BufferArg, domain: ValueDomain, shape: tuple[int, ...],
+                nonfinite: tuple[str, ...] = ()) -> np.ndarray[Any, Any]:  # fmt: skip
+    """Values for one buffer, drawn from ``domain`` with the value families mixed in.
+
+    ``nonfinite`` names the non-finite values (``nan``, ``inf``, ``-inf``) the spec
+    lets this buffer hold.
+    """
     count = math.prod(shape)
     dtype = host_dtype(buf.dtype)
     if buf.dtype == "bool":
@@ -199,6 +212,9 @@ def draw_values(stream: _Stream, buf: BufferArg, domain: ValueDomain,
         values = _float_values(stream, buf.dtype, domain, count)
         limit = float(float_info(buf.dtype).max) / 4
         values = np.clip(values, -limit, limit)
+        values = _sign_rows(stream, buf.dtype, domain, values, shape)
+        if nonfinite:
+            values = _nonfinite(stream, values, nonfinite)
         result: np.ndarray[Any, Any] = values.astype(dtype).reshape(shape)
         return result
     return _int_values(stream, dtype, domain, count).reshape(shape)
@@ -220,6 +236,7 @@ def _float_values(stream: _Stream, dtype: str, domain: ValueDomain, n: int) -> n
             values = np.where(family == 2, sign * scale * np.exp2(-20 + 10 * spread), values)
         if lo <= 0 <= hi:
             values = np.where(family == 3, sign * 0.0, values)
+        values = _spread_families(stream, dtype, domain, family, sign, values)
         return np.clip(values, lo, hi)
     if domain.kind == "normal":
         mu, sigma = domain.a, domain.b
@@ -228,12 +245,131 @@ def _float_values(stream: _Stream, dtype: str, domain: ValueDomain, n: int) -> n
         if abs(mu) <= 3 * sigma:
             values = np.where(family == 2, sign * sigma * np.exp2(-20 + 10 * spread), values)
             values = np.where(family == 3, sign * 0.0, values)
-        return values
+        return _spread_families(stream, dtype, domain, family, sign, values)
     large, tiny = _AUTO_LARGE_EXP[dtype], _AUTO_TINY_EXP[dtype]
     values = stream.normal(n)
     values = np.where(family == 1, sign * np.exp2(large - 4 + 4 * spread), values)
     values = np.where(family == 2, sign * np.exp2(tiny + 4 * spread), values)
-    return np.where(family == 3, sign * 0.0, values)
+    values = np.where(family == 3, sign * 0.0, values)
+    return _spread_families(stream, dtype, domain, family, sign, values)
+
+
+def domain_ends(dtype: str, domain: ValueDomain) -> tuple[float, float, float, bool]:
+    """``(centre, tiny, large, both_signs)``: values are ``centre ± m``, ``tiny <= m <= large``."""
+    if domain.kind == "uniform":
+        lo, hi = domain.a, domain.b
+        if lo < 0 < hi:
+            return 0.0, min(hi, -lo) * 2.0**-20, max(hi, -lo), True
+        top = max(abs(lo), abs(hi))
+        bottom = min(abs(lo), abs(hi)) or top * 2.0**-20
+        return 0.0, bottom, top, False
+    if domain.kind == "normal":
+        return domain.a, domain.b * 2.0**-20, domain.b * 5, True
+    return 0.0, 2.0 ** _AUTO_TINY_EXP[dtype], 2.0 ** _AUTO_LARGE_EXP[dtype], True
+
+
+def _spread_families(stream: _Stream, dtype: str, domain: ValueDomain, family: Any, sign: Any,
+                     values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
+    """The binade, integer and edge families, inside the domain.
+
+    Binades: magnitudes ``2**e`` for every ``e`` between the domain's tiny and large
+    ends, taken in turn, so a buffer with as many such elements as binades has one
+    in each. Integers: integer-valued floats, small ones and powers of two up to the
+    large end. Edges: the ends themselves (``lo`` and ``hi`` of a uniform domain).
+    """
+    n = values.size
+    centre, tiny, large, both = domain_ends(dtype, domain)
+    if not large > 0:
+        return values
+    if domain.kind == "uniform" and not domain.a < 0 < domain.b:
+        sign = np.full(n, 1.0 if domain.b > 0 else -1.0)
+    low_e, high_e = math.log2(tiny), math.log2(large)
+    count = max(1, math.ceil(high_e - low_e))
+    chosen = family == _BINADES
+    turn = np.cumsum(chosen) - 1  # the k-th binade element takes binade k mod count
+    exponent = np.minimum(low_e + turn % count + stream.uniform(n), high_e)
+    values = np.where(chosen, centre + sign * np.exp2(exponent), values)
+    small = np.rint(4 * stream.normal(n))
+    powers = np.rint(np.exp2(stream.uniform(n) * max(high_e, 0.0)))
+    integers = np.where(stream.uniform(n) < 0.5, small, sign * powers)
+    integers = np.rint(centre) + integers
+    if domain.kind == "uniform":
+        inside = (integers >= domain.a) & (integers <= domain.b)
+    else:
+        inside = np.abs(integers - centre) <= large
+    values = np.where((family == _INTEGERS) & inside, integers, values)
+    if domain.kind == "uniform":
+        edges = np.where(stream.uniform(n) < 0.5, domain.a, domain.b)
+    else:
+        edges = centre + sign * np.where(stream.uniform(n) < 0.5, large, tiny)
+    return np.where(family == _EDGES, edges, values)
+
+
+def _sign_rows(stream: _Stream, dtype: str, domain: ValueDomain, values: np.ndarray[Any, Any],
+               shape: tuple[int, ...]) -> np.ndarray[Any, Any]:  # fmt: skip
+    """Some rows (innermost axis of a buffer of two axes or more) all negative, some positive.
+
+    Signs drawn per element almost never leave a row of one sign, which is where a
+    wrong fill value shows (``other=0`` in a row max of negative values). Only in a
+    domain centred on zero, or a uniform one across it; zeros in such a row become
+    the domain's tiny end, so that every value of the row has the row's sign.
+    """
+    centre, tiny, _, both = domain_ends(dtype, domain)
+    if not both or centre != 0 or values.size == 0 or len(shape) < 2:
+        return values
+    width = shape[-1] if shape else 1
+    rows = values.reshape(-1, width)
+    pick = stream.uniform(rows.shape[0])[:, None]
+    negative = pick < _ROW_SIGN_WEIGHTS[0]
+    positive = (pick >= _ROW_SIGN_WEIGHTS[0]) & (pick < sum(_ROW_SIGN_WEIGHTS))
+    if domain.kind == "uniform":
+        lo, hi = domain.a, domain.b
+        down = np.where(rows > 0, rows * (lo / hi), rows)
+        up = np.where(rows < 0, rows * (hi / lo), rows)
+    else:
+        down, up = -np.abs(rows), np.abs(rows)
+    down = np.where(down == 0, -tiny, down)
+    up = np.where(up == 0, tiny, up)
+    result: np.ndarray[Any, Any] = np.where(negative, down, np.where(positive, up, rows))
+    return result.reshape(values.shape)
+
+
+def _nonfinite(stream: _Stream, values: np.ndarray[Any, Any],
+               kinds: tuple[str, ...]) -> np.ndarray[Any, Any]:  # fmt: skip
+    """A share of the elements replaced by the non-finite values the spec opted into."""
+    n = values.size
+    chosen = stream.uniform(n) < _NONFINITE_RATE
+    which = np.minimum((stream.uniform(n) * len(kinds)).astype(np.int64), len(kinds) - 1)
+    table = np.array([NONFINITE_KINDS[k] for k in kinds])
+    result: np.ndarray[Any, Any] = np.where(chosen, table[which], values)
+    return result
+
+
+def value_families(kernel: KernelSpec) -> dict[str, list[str]]:
+    """The value families each input buffer's probes draw from (recorded in the certificate)."""
+    families: dict[str, list[str]] = {}
+    for buf in kernel.buffers:
+        if buf.intent is Intent.OUT:
+            continue
+        domain = kernel.values.get(buf.name, ValueDomain("auto"))
+        if buf.dtype == "bool":
+            names = ["bernoulli"]
+        elif buf.dtype not in FLOAT_DTYPES:
+            names = ["range"] if domain.kind != "auto" else ["small", "large", "zero"]
+        else:
+            names = ["bulk", "large"]
+            if domain.kind == "uniform":
+                tiny, zero = domain.a < 0 < domain.b, domain.a <= 0 <= domain.b
+            else:  # as _float_values draws them
+                tiny = zero = domain.kind == "auto" or abs(domain.a) <= 3 * domain.b
+            names += ["tiny"] * tiny + ["zero"] * zero
+            names += ["binades", "integers", "edges"]
+            centre, _, _, both = domain_ends(buf.dtype, domain)
+            if both and centre == 0 and len(buf.shape) >= 2:
+                names.append("sign-rows")
+            names += list(kernel.nonfinite.get(buf.name, ()))
+        families[buf.name] = names
+    return families
 
 
 def _int_values(stream: _Stream, dtype: np.dtype[Any], domain: ValueDomain,

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kcert.certify.executors.base import host_dtype
+from kcert.certify.lowp import as_float32, is_float32
 from kcert.certify.spec import (
     FLOAT_DTYPES,
     BufferArg,
@@ -82,6 +83,30 @@ class Reference:
         except (Exception, SystemExit) as exc:  # the user's code: reported, never escapes
             raise ReferenceFailure(f"{where} raised {type(exc).__name__}: {exc}") from exc
         return self._outputs(result, launch, where)
+
+    def call_float32(
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], launch: Launch, *, probe: str = ""
+    ) -> tuple[dict[str, np.ndarray[Any, Any]], bool]:
+        """The reference evaluated in float32 (:mod:`kcert.certify.lowp`), as float64 arrays,
+        and whether its float answers stayed float32 throughout."""
+        kwargs: dict[str, Any] = {}
+        for arg in self.kernel.args:
+            if isinstance(arg, BufferArg):
+                value = self._argument(arg, inputs, launch)
+                kwargs[arg.name] = as_float32(value) if arg.dtype in FLOAT_DTYPES else value
+            elif isinstance(arg, ConstArg):
+                kwargs[arg.name] = launch.consts[arg.name]
+            else:
+                kwargs[arg.name] = launch.scalars[arg.name]
+        where = f"{self.text} in float32 (kernel '{self.kernel.name}', probe {probe or '?'})"
+        try:
+            with np.errstate(all="ignore"):
+                result = self._fn(**kwargs)
+        except (Exception, SystemExit) as exc:  # the user's code: reported, never escapes
+            raise ReferenceFailure(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        floats = [o.name for o in self.kernel.outputs if o.dtype in FLOAT_DTYPES]
+        raw = [result.get(n) for n in floats] if isinstance(result, Mapping) else [result]
+        return self._outputs(result, launch, where), all(is_float32(v) for v in raw)
 
     def _argument(self, arg: BufferArg, inputs: Mapping[str, np.ndarray[Any, Any]],
                   launch: Launch) -> np.ndarray[Any, Any]:  # fmt: skip

@@ -8,7 +8,7 @@ figure that was not measured is ``None`` with a reason beside it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -248,6 +248,8 @@ class CertificationReport:
     minimize_stopped: Mapping[str, str] = field(default_factory=dict)
     #: What the probes could not exercise (value domains, the executor): notes, not checks.
     scope_notes: tuple[ScopeNote, ...] = ()
+    #: Value families of each input buffer's probes (``kcert.certify.probes.value_families``).
+    value_families: Mapping[str, Sequence[str]] | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -266,6 +268,8 @@ class CertificationReport:
             "probes": {
                 "fresh_seed": self.fresh_seed,
                 "items": [p.to_json() for p in self.probes],
+                **({"value_families": {k: list(v) for k, v in self.value_families.items()}}
+                   if self.value_families is not None else {}),
             },
             "checks": [c.to_json() for c in self.checks],
             "minimized": {k: dict(v) for k, v in self.minimized.items()},

@@ -229,6 +229,8 @@ class KernelSpec:
     code: SourceBundle
     build_options: tuple[str, ...] = ()
     num_warps: int | None = None
+    #: Non-finite values (``nan``, ``inf``, ``-inf``) an input buffer's probes may hold.
+    nonfinite: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     _table: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: Scalars and consts in the order they can be evaluated (each after what it names);
     #: empty: the order they are listed in.
@@ -272,6 +274,9 @@ class KernelSpec:
                        "max_elements": self.probes.max_elements},
             "build_options": list(self.build_options),
             "num_warps": self.num_warps,
+            # only when set, so that specs without it keep their digests
+            **({"nonfinite": {k: list(v) for k, v in sorted(self.nonfinite.items())}}
+               if self.nonfinite else {}),
         }  # fmt: skip
 
     @property
@@ -450,7 +455,7 @@ def _only_keys(
 
 _KERNEL_KEYS = {
     "name", "source", "entry", "reference", "baseline", "grid", "block", "shared_mem", "dims",
-    "args", "tolerance", "values", "artifact", "probes", "build", "num_warps",
+    "args", "tolerance", "values", "nonfinite", "artifact", "probes", "build", "num_warps",
 }  # fmt: skip
 
 
@@ -542,9 +547,10 @@ class _Table:
             name=name, spec_path=self.path, source=source, language=language, entry=entry,
             reference=reference, baseline=baseline, grid=grid, block=block,
             shared_mem=shared_mem, dims=dims, args=args, tolerance=self.tolerance(),
-            values=self.values(buffers, names), artifact=self.artifact(),
-            probes=self.probe_settings(), code=code, build_options=tuple(options),
-            num_warps=num_warps, _table=dict(self.t), order=self.evaluation_order(args),
+            values=self.values(buffers, names), nonfinite=self.nonfinite(buffers),
+            artifact=self.artifact(), probes=self.probe_settings(), code=code,
+            build_options=tuple(options), num_warps=num_warps, _table=dict(self.t),
+            order=self.evaluation_order(args),
         )  # fmt: skip
 
     def callable(self, key: str, *, required: bool) -> Callable_ | None:
@@ -757,6 +763,27 @@ class _Table:
             raise self.fail(key, f"{text!r} needs two bounds")
         bounds = (self.expr(key, parts[0], names), self.expr(key, parts[1], names))
         return ValueDomain(call.group(1), bounds=bounds)  # type: ignore[arg-type]
+
+    def nonfinite(self, buffers: Mapping[str, BufferArg]) -> dict[str, tuple[str, ...]]:
+        """``[kernel.nonfinite]``: ``x = ["nan", "-inf"]`` (or ``true`` for all three)."""
+        table = self.get("nonfinite", dict, {})
+        kinds = ("nan", "inf", "-inf")
+        result: dict[str, tuple[str, ...]] = {}
+        for arg_name, value in table.items():
+            key = f"nonfinite.{arg_name}"
+            buf = buffers.get(arg_name)
+            if buf is None or buf.intent is Intent.OUT:
+                raise self.fail(key, "names no input buffer")
+            if buf.dtype not in FLOAT_DTYPES:
+                raise self.fail(key, f"'{arg_name}' is {buf.dtype}: only floats hold NaN/Inf")
+            if value is True:
+                result[arg_name] = kinds
+                continue
+            if (not isinstance(value, list) or not value
+                    or not all(isinstance(v, str) and v in kinds for v in value)):
+                raise self.fail(key, 'must be true or a list of "nan", "inf", "-inf"')
+            result[arg_name] = tuple(k for k in kinds if k in value)
+        return result
 
     def artifact(self) -> ArtifactLimits:
         table = self.get("artifact", dict, {})

@@ -1,0 +1,80 @@
+"""Kernels wrong only on values that probes once never drew, and their correct twins.
+
+Each wrong kernel's docstring says which check must catch it and which value
+family (kcert.certify.probes) exposes it. They run in the interpreter (CI).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def double(x, out, n, BLOCK: tl.constexpr):
+    """Correct: out = 2 x."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(x + offsets, mask=mask)
+    tl.store(out + offsets, v * 2.0, mask=mask)
+
+
+@triton.jit
+def double_mid_range(x, out, n, BLOCK: tl.constexpr):
+    """correctness: off by 1e-3 where 8 < |x| < 200, a range only the binade family draws."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(x + offsets, mask=mask)
+    a = tl.abs(v)
+    tl.store(out + offsets, tl.where((a > 8.0) & (a < 200.0), v * 2.002, v * 2.0), mask=mask)
+
+
+@triton.jit
+def double_integers(x, out, n, BLOCK: tl.constexpr):
+    """correctness: adds 1 where x is a nonzero integer, which only the integer family draws."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(x + offsets, mask=mask)
+    integral = (v == tl.floor(v)) & (v != 0.0)
+    tl.store(out + offsets, tl.where(integral, v * 2.0 + 1.0, v * 2.0), mask=mask)
+
+
+@triton.jit
+def double_nonfinite_to_zero(x, out, n, BLOCK: tl.constexpr):
+    """special-values: returns 0 for NaN and +-Inf inputs, where 2 x is NaN or +-Inf.
+
+    Its spec opts x into the non-finite family ([kernel.nonfinite]).
+    """
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(x + offsets, mask=mask)
+    finite = (v - v) == 0.0
+    tl.store(out + offsets, tl.where(finite, v * 2.0, 0.0), mask=mask)
+
+
+@triton.jit
+def masked_softmax(x, out, m, n, BLOCK: tl.constexpr):
+    """Correct, with -inf (an attention mask) among the inputs: masked entries give 0."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    v = tl.load(x + row * n + cols, mask=mask, other=-float("inf"))
+    e = tl.exp(v - tl.max(v, axis=0))
+    tl.store(out + row * n + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+@triton.jit
+def row_max(x, out, m, n, BLOCK: tl.constexpr):
+    """Correct: the masked-off lanes are filled with -inf, the identity of max."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    v = tl.load(x + row * n + cols, mask=cols < n, other=-float("inf"))
+    tl.store(out + row, tl.max(v, axis=0))
+
+
+@triton.jit
+def row_max_zero_fill(x, out, m, n, BLOCK: tl.constexpr):
+    """correctness: masked-off lanes are filled with 0, which wins only in a row whose
+    real values are all negative (the sign-rows family)."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    v = tl.load(x + row * n + cols, mask=cols < n, other=0.0)
+    tl.store(out + row, tl.max(v, axis=0))
