@@ -66,16 +66,7 @@ class Reference:
         self, inputs: Mapping[str, np.ndarray[Any, Any]], launch: Launch, *, probe: str = ""
     ) -> dict[str, np.ndarray[Any, Any]]:
         """Outputs by name: float64 for float outputs, the output dtype otherwise."""
-        kwargs: dict[str, Any] = {}
-        for arg in self.kernel.args:
-            if isinstance(arg, BufferArg):
-                kwargs[arg.name] = self._argument(arg, inputs, launch)
-            elif isinstance(arg, ConstArg):
-                kwargs[arg.name] = launch.consts[arg.name]
-            elif isinstance(arg, NoneArg):
-                kwargs[arg.name] = None
-            else:
-                kwargs[arg.name] = launch.scalars[arg.name]
+        kwargs = self._arguments(inputs, launch, float32=False)
         where = f"{self.text} (kernel '{self.kernel.name}', probe {probe or '?'})"
         try:
             with np.errstate(all="ignore"):
@@ -89,15 +80,7 @@ class Reference:
     ) -> tuple[dict[str, np.ndarray[Any, Any]], bool]:
         """The reference evaluated in float32 (:mod:`kcert.certify.lowp`), as float64 arrays,
         and whether its float answers stayed float32 throughout."""
-        kwargs: dict[str, Any] = {}
-        for arg in self.kernel.args:
-            if isinstance(arg, BufferArg):
-                value = self._argument(arg, inputs, launch)
-                kwargs[arg.name] = as_float32(value) if arg.dtype in FLOAT_DTYPES else value
-            elif isinstance(arg, ConstArg):
-                kwargs[arg.name] = launch.consts[arg.name]
-            else:
-                kwargs[arg.name] = launch.scalars[arg.name]
+        kwargs = self._arguments(inputs, launch, float32=True)
         where = f"{self.text} in float32 (kernel '{self.kernel.name}', probe {probe or '?'})"
         try:
             with np.errstate(all="ignore"):
@@ -107,6 +90,24 @@ class Reference:
         floats = [o.name for o in self.kernel.outputs if o.dtype in FLOAT_DTYPES]
         raw = [result.get(n) for n in floats] if isinstance(result, Mapping) else [result]
         return self._outputs(result, launch, where), all(is_float32(v) for v in raw)
+
+    def _arguments(self, inputs: Mapping[str, np.ndarray[Any, Any]], launch: Launch, *,
+                   float32: bool) -> dict[str, Any]:  # fmt: skip
+        """The reference's keyword arguments; float buffers as float32 arrays when ``float32``."""
+        kwargs: dict[str, Any] = {}
+        for arg in self.kernel.args:
+            if isinstance(arg, BufferArg):
+                value = self._argument(arg, inputs, launch)
+                if float32 and arg.dtype in FLOAT_DTYPES:
+                    value = as_float32(value)
+                kwargs[arg.name] = value
+            elif isinstance(arg, ConstArg):
+                kwargs[arg.name] = launch.consts[arg.name]
+            elif isinstance(arg, NoneArg):
+                kwargs[arg.name] = None
+            else:
+                kwargs[arg.name] = launch.scalars[arg.name]
+        return kwargs
 
     def _argument(self, arg: BufferArg, inputs: Mapping[str, np.ndarray[Any, Any]],
                   launch: Launch) -> np.ndarray[Any, Any]:  # fmt: skip
