@@ -10,6 +10,7 @@ from kcert.api.deps import ReadSessionDep, SessionDep, require
 from kcert.digest import Digest
 from kcert.registry import certificates, keys
 from kcert.registry.models import (
+    TEXT_PATTERN,
     CertificateCreate,
     CertificatePublic,
     CertificateRevoke,
@@ -95,7 +96,7 @@ def list_keys(session: ReadSessionDep) -> list[TrustedKeyPublic]:
 def revoke_key(
     keyid: KeyIdPath,
     session: SessionDep,
-    reason: Annotated[str, Query(min_length=1, max_length=2000)] = "revoked",
+    reason: Annotated[str, Query(min_length=1, max_length=2000, pattern=TEXT_PATTERN)] = "revoked",
 ) -> TrustedKeyPublic:
     """Revoke a key: every certificate it signed stops counting at the gate."""
     return keys.revoke_key(session=session, keyid=keyid, reason=reason)
