@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from kcert import __version__
-from kcert.api import routes_certificates, routes_targets, routes_tokens
+from kcert.api import openapi, routes_certificates, routes_targets, routes_tokens
 from kcert.api.body import JsonBodyMiddleware
 from kcert.api.problems import EXCEPTION_HANDLERS, BodyLimitMiddleware, LastResortMiddleware
 from kcert.registry.config import Settings
@@ -54,6 +54,7 @@ def create_app(
     log_router = _log_router()
     if log_router is not None:
         app.include_router(log_router, tags=["log"])
+    openapi.install(app)
     # Added last, so outermost: the cap applies before routing and before the body checks
     # (UTF-8 JSON, depth, NUL), the last resort around all.
     app.add_middleware(JsonBodyMiddleware)
