@@ -6,8 +6,9 @@ answers every error as ``application/problem+json``, from its one exception
 handler and from middleware that FastAPI never sees, so
 :func:`problem_openapi` rewrites the generated document once:
 
-- every error response a route declares, and FastAPI's ``422``, becomes
-  ``application/problem+json`` with the ``Problem`` schema;
+- every error response a route declares (unless it names a media type other
+  than JSON), and FastAPI's ``422``, becomes ``application/problem+json``
+  with the ``Problem`` schema;
 - what every operation of a kind can answer is added to it: ``401`` and
   ``403`` where it needs a token, ``413`` where it takes a body, ``422``
   where it takes a body or parameters, ``400`` where the library may refuse a
@@ -76,7 +77,10 @@ def with_problems(document: dict[str, Any]) -> dict[str, Any]:
             for added in _statuses(operation):
                 responses.setdefault(str(added), {"description": _ADDED[added]})
             for status, response in responses.items():
-                if status[0] in "45":
+                # A route that declares another media type for an error keeps it (a protocol
+                # of its own, such as a witness's); JSON errors are problems.
+                declared = set(response.get("content", {}))
+                if status[0] in "45" and declared <= {"application/json", PROBLEM_MEDIA_TYPE}:
                     response["content"] = _problem_content()
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     schemas["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
