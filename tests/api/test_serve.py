@@ -98,7 +98,10 @@ def _served_by(port: int, workers: list[int]) -> int | None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc")
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),
+    reason="needs Linux's /proc with children lists",
+)
 def test_two_workers_start_and_answer_under_cpu_load(database_url: str, tmp_path: Path) -> None:
     launcher = tmp_path / "kcert"
     launcher.write_text(LAUNCHER)
