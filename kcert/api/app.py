@@ -2,7 +2,7 @@
 
 :func:`create_app` builds an application around one database: it migrates the
 database to head on start (the schema comes only from Alembic), wires the
-problem+json handlers, caps request bodies and mounts the routers, including
+problem+json handlers, caps and checks request bodies and mounts the routers, including
 the audit log's public routes.
 """
 
@@ -17,7 +17,8 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from kcert import __version__
-from kcert.api import routes_certificates, routes_targets, routes_tokens
+from kcert.api import openapi, routes_certificates, routes_targets, routes_tokens
+from kcert.api.body import JsonBodyMiddleware
 from kcert.api.problems import EXCEPTION_HANDLERS, BodyLimitMiddleware, LastResortMiddleware
 from kcert.registry.config import Settings
 from kcert.registry.db import engine_for, migrate
@@ -53,7 +54,10 @@ def create_app(
     log_router = _log_router()
     if log_router is not None:
         app.include_router(log_router, tags=["log"])
-    # Added last, so outermost: the cap applies before routing, the last resort around all.
+    openapi.install(app)
+    # Added last, so outermost: the cap applies before routing and before the body checks
+    # (UTF-8 JSON, depth, NUL), the last resort around all.
+    app.add_middleware(JsonBodyMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(LastResortMiddleware)
     return app

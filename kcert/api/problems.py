@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import Request
@@ -137,10 +137,12 @@ EXCEPTION_HANDLERS = {
 }
 
 
-async def _send_problem(send: Send, status: int, kind: str, detail: str) -> None:
+async def _send_problem(
+    send: Send, status: int, kind: str, detail: str, extensions: Mapping[str, Any] | None = None
+) -> None:
     body = json.dumps(
         {"type": PROBLEM_BASE + kind, "title": TITLES.get(status, "Error"), "status": status,
-         "detail": detail}
+         "detail": detail, **(extensions or {})}
     ).encode()  # fmt: skip
     await send(
         {
@@ -153,6 +155,18 @@ async def _send_problem(send: Send, status: int, kind: str, detail: str) -> None
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_validation_problem(
+    send: Send, loc: Sequence[str | int], msg: str, kind: str
+) -> None:
+    """The 422 a middleware answers, shaped as :func:`validation_error_handler` shapes
+    FastAPI's: ``errors`` with ``loc``, ``msg`` and ``type``."""
+    where = [str(part) for part in loc]
+    error = {"loc": where, "msg": msg, "type": kind}
+    await _send_problem(
+        send, 422, "validation-error", f"{'.'.join(where)}: {msg}", {"errors": [error]}
+    )
 
 
 class BodyLimitMiddleware:

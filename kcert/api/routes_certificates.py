@@ -10,6 +10,8 @@ from kcert.api.deps import ReadSessionDep, SessionDep, require
 from kcert.digest import Digest
 from kcert.registry import certificates, keys
 from kcert.registry.models import (
+    DIGEST_PATTERN,
+    TEXT_PATTERN,
     CertificateCreate,
     CertificatePublic,
     CertificateRevoke,
@@ -21,7 +23,9 @@ from kcert.registry.models import (
 
 router = APIRouter(prefix="/v1")
 
-DigestPath = Annotated[str, Path(max_length=80, description="sha256:<64 hex>")]
+DigestPath = Annotated[
+    str, Path(max_length=71, pattern=DIGEST_PATTERN, description="sha256:<64 hex>")
+]
 KeyIdPath = Annotated[str, Path(max_length=64, pattern=r"^[0-9a-fA-F]{64}$")]
 Writer = Depends(require(Scope.CERTIFICATES_WRITE))
 Reader = Depends(require(Scope.GATE_READ))
@@ -77,7 +81,10 @@ def kernel_certificates(digest: DigestPath, session: ReadSessionDep) -> list[Cer
     "/keys",
     status_code=status.HTTP_201_CREATED,
     dependencies=[Admin],
-    responses={200: {"model": TrustedKeyPublic, "description": "Already trusted"}},
+    responses={
+        200: {"model": TrustedKeyPublic, "description": "Already trusted"},
+        409: {"description": "The key was revoked; a revoked key cannot be trusted again"},
+    },
 )
 def trust_key(body: TrustedKeyCreate, session: SessionDep, response: Response) -> TrustedKeyPublic:
     key, created = keys.trust_key(session=session, key=body)
@@ -95,7 +102,7 @@ def list_keys(session: ReadSessionDep) -> list[TrustedKeyPublic]:
 def revoke_key(
     keyid: KeyIdPath,
     session: SessionDep,
-    reason: Annotated[str, Query(min_length=1, max_length=2000)] = "revoked",
+    reason: Annotated[str, Query(min_length=1, max_length=2000, pattern=TEXT_PATTERN)] = "revoked",
 ) -> TrustedKeyPublic:
     """Revoke a key: every certificate it signed stops counting at the gate."""
     return keys.revoke_key(session=session, keyid=keyid, reason=reason)

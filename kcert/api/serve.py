@@ -16,12 +16,22 @@ has its own engine, pool and gate cache; the gate cache stays correct across
 workers through the registry's version (see :mod:`kcert.registry.gatekeeper`).
 Requests are parsed by httptools with a cap on the request head
 (:mod:`kcert.api.http_protocol`) on uvloop, both picked up by uvicorn.
+
+Worker start-up. uvicorn's supervisor pings each worker from the moment it
+spawns it and kills one that does not answer within
+``timeout_worker_healthcheck`` (5 s); a worker starts answering only once
+its interpreter is up and it has unpickled its config and re-run the parent's
+``__main__`` script. Everything heavy therefore comes after that: the HTTP
+protocol is named by its import string (a class would be imported while the
+config is unpickled), the console script imports the CLI only when it runs
+(:mod:`kcert.cli`), and the database is migrated once, by the caller of
+:func:`serve`, before any worker starts, never by a worker.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
+import importlib.util
 import socket
 import sys
 from typing import TYPE_CHECKING
@@ -34,24 +44,31 @@ APP_FACTORY = "kcert.api.serve:serving_app"
 
 
 def serving_app() -> FastAPI:
-    """:func:`kcert.api.app.create_app` for a long-running server process (what uvicorn calls)."""
+    """:func:`kcert.api.app.create_app` for a long-running server process (what uvicorn calls).
+
+    It does not migrate: whoever starts the server has (``kcert serve`` does, once,
+    before the workers start), so workers neither race on it nor spend their start-up on it.
+    """
     from kcert.api.app import create_app
 
-    app = create_app()
+    app = create_app(migrate_on_start=False)
     freeze_startup_heap()
     return app
 
 
-def http_protocol() -> type[asyncio.Protocol] | str:
+#: :class:`kcert.api.http_protocol.CappedHttpToolsProtocol`, as uvicorn imports it.
+CAPPED_HTTPTOOLS = "kcert.api.http_protocol:CappedHttpToolsProtocol"
+
+
+def http_protocol() -> str:
     """httptools with a cap on request heads (:mod:`kcert.api.http_protocol`), else h11.
 
+    An import string, which each worker imports once it answers health checks.
     h11 (pure Python, slower) caps request heads itself, at 16 KiB.
     """
-    try:
-        from kcert.api.http_protocol import CappedHttpToolsProtocol
-    except ImportError:  # httptools is not installed
+    if importlib.util.find_spec("httptools") is None:
         return "h11"
-    return CappedHttpToolsProtocol
+    return CAPPED_HTTPTOOLS
 
 
 def freeze_startup_heap() -> None:

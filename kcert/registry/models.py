@@ -10,9 +10,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Strict,
+    StringConstraints,
+    field_validator,
+)
 from pydantic import Field as PydanticField
 from sqlalchemy import JSON, DateTime, Index, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
@@ -23,6 +30,40 @@ from kcert.digest import Digest, DigestError
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
 HW_CLASS_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$"
 DIGEST_PATTERN = r"^(sha256:)?[0-9a-f]{64}$"
+#: Free text (reasons, descriptions): anything but NUL, which PostgreSQL cannot store.
+TEXT_PATTERN = r"^[^\x00]*$"
+
+#: What a client sends: an unknown field is a mistake to report, not to ignore. (Typed as
+#: SQLModel's own config, which is pydantic's ``ConfigDict`` with a few more keys.)
+REQUEST_CONFIG: Any = ConfigDict(extra="forbid")
+
+#: Environments are a few dozen short scalar fields (``kcert.certify.environment``); a
+#: bound on each keeps every answer that carries one small and serializable.
+MAX_ENVIRONMENT_FIELDS = 256
+MAX_ENVIRONMENT_VALUE_CHARS = 1024
+#: Integers that survive RFC 8785 (the log digests the environment canonically).
+_SAFE_INT = 2**53 - 1
+
+
+
+def _not_an_integer(value: Any) -> Any:
+    # A strict float still takes an int: 2**64 would come back as 1.8446744073709552e19.
+    if isinstance(value, int):
+        raise ValueError(f"integers are at most {_SAFE_INT} in magnitude")
+    return value
+
+
+EnvironmentKey = Annotated[str, StringConstraints(min_length=1, max_length=128,
+                                                  pattern=TEXT_PATTERN)]  # fmt: skip
+EnvironmentValue = (
+    Annotated[str, StringConstraints(max_length=MAX_ENVIRONMENT_VALUE_CHARS, pattern=TEXT_PATTERN)]
+    | Annotated[int, Strict(), PydanticField(ge=-_SAFE_INT, le=_SAFE_INT)]
+    | Annotated[
+        float, Strict(), PydanticField(allow_inf_nan=False), BeforeValidator(_not_an_integer)
+    ]
+    | Annotated[bool, Strict()]
+    | None
+)
 
 
 def utcnow() -> datetime:
@@ -63,6 +104,8 @@ class TrustedKeyBase(SQLModel):
 
 
 class TrustedKeyCreate(TrustedKeyBase):
+    model_config = REQUEST_CONFIG
+
     #: Hex of the raw 32-byte Ed25519 public key.
     public_key: str = Field(
         min_length=64, max_length=64, schema_extra={"pattern": r"^[0-9a-fA-F]{64}$"}
@@ -93,7 +136,11 @@ class TrustedKeyPublic(TrustedKeyBase):
 
 
 class KeyRevoke(SQLModel):
-    reason: str = Field(default="revoked", min_length=1, max_length=2000)
+    model_config = REQUEST_CONFIG
+
+    reason: str = Field(
+        default="revoked", min_length=1, max_length=2000, schema_extra={"pattern": TEXT_PATTERN}
+    )
 
 
 # --- certificates -------------------------------------------------------------------------
@@ -110,16 +157,16 @@ class CertificateBase(SQLModel):
 
 
 class Signature(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = REQUEST_CONFIG
 
     keyid: str | None = PydanticField(default=None, max_length=256)
     sig: str = PydanticField(max_length=4096)
 
 
 class CertificateCreate(BaseModel):
-    """A DSSE envelope, exactly as ``kcert certify`` writes it."""
+    """A DSSE envelope, exactly as ``kcert certify`` writes it (DSSE defines no other fields)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = REQUEST_CONFIG
 
     payloadType: str = PydanticField(max_length=256)  # DSSE spells it so
     payload: str
@@ -190,7 +237,9 @@ class CertificateStored(CertificatePublic):
 
 
 class CertificateRevoke(SQLModel):
-    reason: str = Field(min_length=1, max_length=2000)
+    model_config = REQUEST_CONFIG
+
+    reason: str = Field(min_length=1, max_length=2000, schema_extra={"pattern": TEXT_PATTERN})
 
 
 # --- targets --------------------------------------------------------------------------------
@@ -201,10 +250,17 @@ class TargetBase(SQLModel):
 
 
 class TargetCreate(TargetBase):
-    """What a target reports: its hardware, its environment and (optionally) its drift fields."""
+    """What a target reports: its hardware, its environment and (optionally) its drift fields.
 
-    environment: dict[str, Any]
-    drift_fields: list[str] | None = Field(default=None, min_length=1, max_length=64)
+    The environment is flat: field names to strings, numbers, booleans or null.
+    """
+
+    model_config = REQUEST_CONFIG
+
+    environment: dict[EnvironmentKey, EnvironmentValue] = Field(
+        max_length=MAX_ENVIRONMENT_FIELDS
+    )
+    drift_fields: list[EnvironmentKey] | None = Field(default=None, min_length=1, max_length=64)
 
     @field_validator("drift_fields")
     @classmethod
@@ -315,7 +371,7 @@ class PromotionBase(SQLModel):
 
 
 class PromotionCreate(PromotionBase):
-    pass
+    model_config = REQUEST_CONFIG
 
 
 class Promotion(SQLModel, table=True):
@@ -354,13 +410,20 @@ class GateDecision(SQLModel):
 
 
 class ApiTokenBase(SQLModel):
-    description: str | None = Field(default=None, max_length=256)
+    description: str | None = Field(
+        default=None, max_length=256, schema_extra={"pattern": TEXT_PATTERN}
+    )
 
 
 class ApiTokenCreate(ApiTokenBase):
+    model_config = REQUEST_CONFIG
+
     scopes: list[Scope] = Field(min_length=1, max_length=8)
-    #: Lifetime in seconds; none means the token does not expire.
-    expires_in: int | None = Field(default=None, gt=0, le=10 * 365 * 24 * 3600)
+    #: Lifetime in seconds; none means the token does not expire. An integer only: JSON's
+    #: ``true`` is not 1 second, nor ``"60"`` a minute.
+    expires_in: Annotated[int, Strict()] | None = Field(
+        default=None, gt=0, le=10 * 365 * 24 * 3600
+    )
 
 
 class ApiToken(ApiTokenBase, table=True):

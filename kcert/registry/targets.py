@@ -10,6 +10,9 @@ the fingerprint or the drift fields change, in one transaction:
 - every active promotion on the target left without a valid certificate is
   suspended (and logged with the inputs that decided it).
 
+Every answer is built inside the transaction, before its commit: nothing is
+committed that the answer then fails to describe.
+
 Concurrent reports queue on the registry's write lock, taken before anything
 is read (:mod:`kcert.registry.db`, "Lock order"), so no report overwrites
 another unseen, and none deadlocks with a revocation or a promotion.
@@ -34,6 +37,7 @@ from kcert.registry.environment import (
 )
 from kcert.registry.errors import InvalidInput, NotFound
 from kcert.registry.models import (
+    MAX_ENVIRONMENT_FIELDS,
     Certificate,
     Promotion,
     PromotionStatus,
@@ -56,9 +60,6 @@ from kcert.registry.policy import (
     evaluate,
 )
 
-#: Environments are a few dozen short fields; anything much larger is a mistake.
-MAX_ENVIRONMENT_FIELDS = 256
-
 
 def report_target(*, session: Session, name: str, report: TargetCreate) -> TargetReported:
     """Create or re-report target ``name``; apply drift if its state changed."""
@@ -78,9 +79,11 @@ def report_target(*, session: Session, name: str, report: TargetCreate) -> Targe
     if target is None:
         target = _create(session, name, report, drift_fields, new_fp)
         if target is not None:
-            return target_reported(
+            reported = target_reported(
                 session, target, created=True, changed=True, stale=[], suspended=[]
             )
+            session.commit()
+            return reported
         # Another writer created it first: re-read it under its lock and carry on.
         target = lock_target(session, name)
         assert target is not None
@@ -92,10 +95,11 @@ def report_target(*, session: Session, name: str, report: TargetCreate) -> Targe
     if not changed:
         audit.record_event(session, audit.FINGERPRINT_REPORTED, _report_payload(target, old_fp))
         session.add(target)
-        session.commit()
-        return target_reported(
+        reported = target_reported(
             session, target, created=False, changed=False, stale=[], suspended=[]
         )
+        session.commit()
+        return reported
     before = _valid_certificates(session, target)
     target.hw_class, target.fingerprint, target.drift_fields = report.hw_class, new_fp, drift_fields
     target.generation += 1
@@ -131,11 +135,12 @@ def report_target(*, session: Session, name: str, report: TargetCreate) -> Targe
         .order_by(col(Promotion.id))
     ).all()
     suspended = recheck_promotions(session, active, cause=f"target {name!r} drifted")
-    session.commit()
-    return target_reported(
+    reported = target_reported(
         session, target, created=False, changed=True, stale=[c.id for c in stale],
         suspended=[s.kernel for s in suspended],
     )  # fmt: skip
+    session.commit()
+    return reported
 
 
 def get_target(*, session: Session, name: str) -> TargetPublic:
@@ -211,7 +216,8 @@ def _create(
     session: Session, name: str, report: TargetCreate, drift_fields: list[str] | None,
     fingerprint: str,
 ) -> Target | None:  # fmt: skip
-    """Insert a new target and its first history row; ``None`` if another writer won."""
+    """Insert a new target and its first history row, uncommitted; ``None`` if another
+    writer won."""
     now = utcnow()
     target = Target(
         name=name, hw_class=report.hw_class, fingerprint=fingerprint, drift_fields=drift_fields,
@@ -224,7 +230,7 @@ def _create(
         return None
     session.add(_history(target))
     audit.record_event(session, audit.FINGERPRINT_REPORTED, _report_payload(target, None))
-    session.commit()
+    session.flush()
     created = session.get(Target, name)
     assert created is not None
     return created
