@@ -1,11 +1,16 @@
 """``kcert audit verify``, ``kcert audit replay N|--all`` and ``kcert audit state``.
 
 ``verify`` and ``replay`` audit a registry's log, remote or embedded;
-``replay --all`` folds every entry in order and checks each decision against
-the history before it (:mod:`kcert.registry.history`). ``state`` is the
-operator's check on a registry's own database: its tables against what its log
-folds to (:mod:`kcert.registry.consistency`); exit 0 consistent, 1 differences,
-2 bad usage or an unreachable database.
+``replay --all`` proves every leaf against the log's signed checkpoints (the
+current one under the pinned key, the last one audited, the server's own file
+for the embedded registry), folds every entry in order and checks each decision
+against the history before it (:mod:`kcert.registry.history`). What it could
+not check (no key to prove the leaves with, a fingerprint taken from an entry
+because the envelope could not be read) is *unverified*: exit 1 unless
+``--allow-unverified``. ``state`` is the operator's check on a registry's own
+database: its leaves against the log's checkpoints and its tables against what
+the leaves fold to (:mod:`kcert.registry.consistency`); exit 0 consistent, 1
+differences, 2 bad usage or an unreachable database.
 
 Key pinning: ``verify`` trusts a checkpoint only under a pinned log key, kept
 per registry in ``KCERT_HOME/audit/<registry>/log.vkey``. With none pinned it
