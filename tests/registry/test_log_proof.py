@@ -311,3 +311,12 @@ def test_a_forged_grant_is_different_with_envelopes_and_unverified_without(
     assert f"unverified: entry {forged} (promotion.granted): certificate" in text_out.stdout
     assert _audit("replay", "--all", "--allow-unverified").exit_code == 0
     assert _audit("replay", "0", "--allow-unverified").exit_code == 2
+
+
+def test_state_names_a_fingerprint_it_cannot_check_as_unverified(h: Home) -> None:
+    _drift_target(h)
+    with h.engine.begin() as conn:
+        conn.execute(text("UPDATE certificate SET envelope = '{}'"))
+    found = [(d.kind, d.subject) for d in _check(h).differences]
+    assert found == [("unverified", "entry 3"), ("unverified", "entry 3")]
+    assert "its envelope could not be read" in _check(h).differences[0].message
