@@ -1,11 +1,16 @@
 """``kcert audit verify``, ``kcert audit replay N|--all`` and ``kcert audit state``.
 
 ``verify`` and ``replay`` audit a registry's log, remote or embedded;
-``replay --all`` folds every entry in order and checks each decision against
-the history before it (:mod:`kcert.registry.history`). ``state`` is the
-operator's check on a registry's own database: its tables against what its log
-folds to (:mod:`kcert.registry.consistency`); exit 0 consistent, 1 differences,
-2 bad usage or an unreachable database.
+``replay --all`` proves every leaf against the log's signed checkpoints (the
+current one under the pinned key, the last one audited, the server's own file
+for the embedded registry), folds every entry in order and checks each decision
+against the history before it (:mod:`kcert.registry.history`). What it could
+not check (no key to prove the leaves with, a fingerprint taken from an entry
+because the envelope could not be read) is *unverified*: exit 1 unless
+``--allow-unverified``. ``state`` is the operator's check on a registry's own
+database: its leaves against the log's checkpoints and its tables against what
+the leaves fold to (:mod:`kcert.registry.consistency`); exit 0 consistent, 1
+differences, 2 bad usage or an unreachable database.
 
 Key pinning: ``verify`` trusts a checkpoint only under a pinned log key, kept
 per registry in ``KCERT_HOME/audit/<registry>/log.vkey``. With none pinned it
@@ -32,11 +37,11 @@ import typer
 
 from kcert.cli.output import emit_error, emit_json, err_console, out_console
 from kcert.errors import UsageError
-from kcert.log.errors import LogError, LogRangeError
+from kcert.log.errors import LogError, LogRangeError, NoteError, SignatureError
 from kcert.log.leaf import Leaf, LeafError, parse_leaf
 from kcert.log.merkle import leaf_hash
-from kcert.log.monitor import AuditResult, AuditState, audit_log, state_dir_name
-from kcert.log.note import Verifier, open_checkpoint
+from kcert.log.monitor import AuditResult, AuditState, Finding, audit_log, state_dir_name
+from kcert.log.note import Checkpoint, Verifier, open_checkpoint
 from kcert.log.proofs import verify_inclusion
 from kcert.log.replay import (
     AnchorDifference,
@@ -50,6 +55,7 @@ from kcert.log.replay import (
 from kcert.log.source import HttpLogSource, LogSource
 
 if TYPE_CHECKING:
+    from kcert.registry.consistency import Commitments
     from kcert.registry.history import FingerprintOf
 
 #: Entries asked for at once when reading the whole log (a server's page limit).
@@ -244,6 +250,15 @@ def replay(
     kernel: Annotated[
         str | None, typer.Option("--kernel", help="With --rerun: the [[kernel]] name.")
     ] = None,
+    allow_unverified: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unverified",
+            help="With --all: exit 0 although some inputs could not be checked (leaves not "
+            "proved against a signed checkpoint, fingerprints taken from the entries "
+            "because the envelopes could not be read).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Re-decide log entry N from the inputs it recorded, and show whether the same
@@ -253,9 +268,11 @@ def replay(
         raise UsageError("name one entry to replay, or --all (not both)")
     if every and (rerun or spec or kernel):
         raise UsageError("--rerun, --spec and --kernel replay one entry; drop --all")
+    if allow_unverified and not every:
+        raise UsageError("--allow-unverified goes with --all")
     source, home = open_source(registry)
     if index is None:
-        _replay_all(source, json_out)
+        _replay_all(source, home, json_out, allow_unverified)
     try:
         ((served, data),) = source.entries(index, index + 1)
     except (LogRangeError, ValueError) as exc:
@@ -298,11 +315,13 @@ def replay(
     raise typer.Exit(EXIT_OK if same else EXIT_FAIL)
 
 
-def _all_entries(source: LogSource) -> Iterator[tuple[int, bytes]]:
+def _all_entries(source: LogSource, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """Every entry in order (the first ``end`` when given)."""
     start = 0
-    while True:
+    while end is None or start < end:
+        stop = start + MAX_ENTRIES_PAGE if end is None else min(end, start + MAX_ENTRIES_PAGE)
         try:
-            batch = source.entries(start, start + MAX_ENTRIES_PAGE)
+            batch = source.entries(start, stop)
         except LogRangeError:
             return
         if not batch:
@@ -318,7 +337,8 @@ def _envelope_fingerprints(fetch: EnvelopeFetcher) -> FingerprintOf:
     from kcert.errors import KcertError
     from kcert.registry.environment import fingerprint_over
 
-    def fingerprint_of(cid: str, drift_fields: Sequence[str]) -> str | None:
+    @functools.lru_cache(maxsize=4096)
+    def environment(cid: str) -> tuple[str, dict[str, Any]] | None:
         envelope = fetch(cid)
         if envelope is None:
             return None
@@ -329,38 +349,197 @@ def _envelope_fingerprints(fetch: EnvelopeFetcher) -> FingerprintOf:
         if str(contents.id) != cid:
             return None
         fields = contents.predicate.get("environment", {}).get("fields", {})
-        return fingerprint_over(str(contents.fingerprint), fields, drift_fields)
+        return str(contents.fingerprint), dict(fields)
 
-    return functools.lru_cache(maxsize=4096)(fingerprint_of)
+    def fingerprint_of(cid: str, drift_fields: Sequence[str]) -> str | None:
+        # Cached by certificate only: drift fields come as a list, which cannot be a key.
+        found = environment(cid)
+        return None if found is None else fingerprint_over(found[0], found[1], drift_fields)
+
+    return fingerprint_of
 
 
-def _replay_all(source: LogSource, json_out: bool) -> NoReturn:
+class _ProvedLog:
+    """The leaves ``replay --all`` folds, hashed as they pass, then proved."""
+
+    def __init__(self, source: LogSource, home: Path) -> None:
+        from kcert.log.merkle import MemoryTree
+
+        self.source = source
+        self.home = home
+        self.state = AuditState(home / "audit" / state_dir_name(source.label))
+        self.tree = MemoryTree()
+        self.findings: list[Finding] = []
+        self.proved: list[str] = []
+        #: Why the leaves are not proved at all, when they are not.
+        self.unproved: str | None = None
+        self.checkpoint: Checkpoint | None = None
+        self._verifier = self._key()
+        if self._verifier is None:
+            self.unproved = (
+                f"the leaves were not proved against a signed checkpoint: no log key is pinned "
+                f"for {source.label} (run kcert audit verify with --key FILE or "
+                "--trust-on-first-use)"
+            )
+            return
+        try:
+            self.checkpoint = open_checkpoint(source.checkpoint(), self._verifier)
+        except (SignatureError, NoteError) as exc:
+            self.findings.append(Finding(None, f"the log's current checkpoint: {exc}"))
+
+    def _key(self) -> Verifier | None:
+        from kcert.registry.audit import LOG_KEY_FILE, DatabaseLogSource
+
+        pinned = self.state.pinned()
+        if pinned is not None or not isinstance(self.source, DatabaseLogSource):
+            return pinned
+        key_file = self.home / LOG_KEY_FILE  # the embedded registry: its own log key
+        if not key_file.exists():
+            return None
+        from kcert.log.note import load_or_create_signer
+
+        return load_or_create_signer(key_file).verifier
+
+    def entries(self) -> Iterator[tuple[int, bytes]]:
+        end = self.checkpoint.size if self.checkpoint is not None else None
+        for index, leaf in _all_entries(self.source, end):
+            self.tree.append(leaf_hash(leaf))
+            yield index, leaf
+
+    def prove(self) -> None:
+        """Hold the leaves read against the current checkpoint and every earlier one known."""
+        from kcert.log.monitor import prove_leaves
+        from kcert.registry.audit import DatabaseLogSource
+
+        if self.checkpoint is None or self._verifier is None:
+            return
+        checkpoints = [("the log's signed checkpoint", self.checkpoint)]
+        notes = _server_checkpoint(self.home) if isinstance(self.source, DatabaseLogSource) else []
+        last = self.state.last_checkpoint()
+        if last is not None:
+            notes.append(("the last audited checkpoint", last))
+        for label, text in notes:
+            try:
+                checkpoints.append((label, open_checkpoint(text, self._verifier)))
+            except (SignatureError, NoteError) as exc:
+                self.findings.append(Finding(None, f"{label}: {exc}"))
+        for label, checkpoint in checkpoints:
+            found = prove_leaves(self.tree, [(label, checkpoint)], self.source)
+            self.findings.extend(found)
+            if not found:
+                self.proved.append(f"{label} (size {checkpoint.size})")
+        known = self.state.leaf_hashes()
+        for position, hashed in enumerate(known[: self.tree.size]):
+            if self.tree.leaf_hash_at(position) != hashed:
+                self.findings.append(
+                    Finding(position, f"entry {position} changed since the last audit")
+                )
+                break
+
+
+def _replay_all(source: LogSource, home: Path, json_out: bool, allow_unverified: bool) -> NoReturn:
     from kcert.registry.history import replay_history
 
+    log = _ProvedLog(source, home)
     try:
         result = replay_history(
-            _all_entries(source), fingerprint_of=_envelope_fingerprints(_fetcher(source))
+            log.entries(), fingerprint_of=_envelope_fingerprints(_fetcher(source))
         )
     except LeafError as exc:
         emit_error(ReplayError(f"the log cannot be replayed in order: {exc}"), as_json=json_out)
         raise typer.Exit(EXIT_FAIL) from None
+    log.prove()
+    unverified = [d.to_json() for d in result.unverified]
+    if log.unproved is not None:
+        unverified.insert(0, {"index": None, "kind": "log", "message": log.unproved})
+    same = result.same and not log.findings
+    ok = same and (allow_unverified or not unverified)
     if json_out:
         emit_json(
             {
-                "same": result.same,
+                "same": same,
                 "decisions": result.decisions,
                 "differences": [d.to_json() for d in result.differences],
+                "log": [f.to_json() for f in log.findings],
+                "proved_against": log.proved,
+                "unverified": unverified,
             }
         )
     else:
-        verdict = "SAME decisions" if result.same else "DIFFERENT"
+        verdict = "SAME decisions" if same else "DIFFERENT"
+        if same and unverified:
+            verdict += f" as far as checked, {len(unverified)} unverified"
         out_console.print(
             f"log {source.label}: {result.decisions} decisions replayed in order: {verdict}",
             markup=False, soft_wrap=True,
         )  # fmt: skip
+        for label in log.proved:
+            out_console.print(f"  leaves proved against {label}", markup=False, soft_wrap=True)
+        for finding in log.findings:
+            out_console.print(f"  - log: {finding.message}", markup=False, soft_wrap=True)
         for difference in result.differences:
             out_console.print(f"  - {difference}", markup=False, soft_wrap=True)
-    raise typer.Exit(EXIT_OK if result.same else EXIT_FAIL)
+        for item in unverified:
+            where = "" if item["index"] is None else f"entry {item['index']} ({item['kind']}): "
+            out_console.print(
+                f"  - unverified: {where}{item['message']}", markup=False, soft_wrap=True
+            )
+        if unverified and not allow_unverified:
+            out_console.print(
+                "  unverified inputs fail the replay; --allow-unverified accepts them",
+                markup=False, soft_wrap=True,
+            )  # fmt: skip
+    raise typer.Exit(EXIT_OK if ok else EXIT_FAIL)
+
+
+#: The server's last signed checkpoint, beside its log key in ``KCERT_HOME``.
+SERVER_CHECKPOINT_FILE = "log-checkpoint"
+
+
+def _read_note(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {what} {path}") from exc
+
+
+def _server_checkpoint(home: Path) -> list[tuple[str, str]]:
+    """The server's last signed checkpoint (``KCERT_HOME/log-checkpoint``), when there is one."""
+    path = home / SERVER_CHECKPOINT_FILE
+    if not path.exists():
+        return []
+    return [(f"the server's last signed checkpoint ({path})", _read_note(path, "the checkpoint"))]
+
+
+def _state_commitments(home: Path, label: str, checkpoint: Path | None) -> Commitments | None:
+    """What ``audit state`` proves the leaves against: the log key in ``home`` signs the
+    current tree; the server's last checkpoint, the last one audited and ``checkpoint``
+    must be extended. ``None`` when there is no log key to open them with."""
+    from kcert.registry.audit import LOG_KEY_FILE
+    from kcert.registry.consistency import Commitments
+
+    state = AuditState(home / "audit" / state_dir_name(label))
+    notes = _server_checkpoint(home)
+    last = state.last_checkpoint()
+    if last is not None:
+        notes.append(("the last audited checkpoint", last))
+    if checkpoint is not None:
+        notes.append((f"checkpoint {checkpoint}", _read_note(checkpoint, "the checkpoint file")))
+    key_file = home / LOG_KEY_FILE
+    if key_file.exists():
+        from kcert.log.note import load_or_create_signer
+
+        signer = load_or_create_signer(key_file)  # it exists: loaded, never made here
+        return Commitments(signer.verifier, signer, notes)
+    pinned = state.pinned()
+    if pinned is None:
+        if notes:
+            raise UsageError(
+                f"no log key in {home} and none pinned to open {notes[0][0]} with; "
+                "run kcert audit verify first, or point KCERT_HOME at the server's home"
+            )
+        return None
+    return Commitments(pinned, None, notes)
 
 
 def state(
@@ -372,11 +551,18 @@ def state(
             "else the embedded registry in KCERT_HOME).",
         ),
     ] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint", help="A checkpoint (signed note) the log's leaves must still extend."
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check that the registry's state (trusted keys, certificates and revocations, target
-    fingerprints, promotions, stale marks) is exactly what its log's entries fold to, and
-    name each difference (exit 0 consistent, 1 differences, 2 unreachable)."""
+    """Prove every leaf of the registry's log against its signed checkpoints, then check
+    that the registry's state (trusted keys, certificates and revocations, target
+    fingerprints, promotions, stale marks, API tokens) is exactly what those leaves fold
+    to, and name each difference (exit 0 consistent, 1 differences, 2 unreachable)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -385,15 +571,17 @@ def state(
     from kcert.registry.db import make_engine, read_session
     from kcert.registry.errors import RegistryUnavailable
 
-    url = database or Settings().resolved_database_url()
-    engine = make_engine(url)
-    shown = engine.url.render_as_string(hide_password=True)
+    settings = Settings()
+    url = database or settings.resolved_database_url()
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").exists():
         raise UsageError(f"no registry database at {parsed.database}; name one with --database")
+    engine = make_engine(url)
+    shown = engine.url.render_as_string(hide_password=True)
     try:
+        commitments = _state_commitments(settings.home, f"embedded registry {shown}", checkpoint)
         with read_session(engine) as session:
-            result = check_state(session=session)
+            result = check_state(session=session, commitments=commitments)
     except LogUnexplained as exc:
         emit_error(exc, as_json=json_out)
         raise typer.Exit(EXIT_FAIL) from None
@@ -412,6 +600,14 @@ def state(
             f"registry {shown}: {result.entries} entries folded, state {verdict}",
             markup=False, soft_wrap=True,
         )  # fmt: skip
+        for label in result.proved_against:
+            out_console.print(f"  leaves proved against {label}", markup=False, soft_wrap=True)
+        if commitments is None or commitments.signer is None:
+            out_console.print(
+                "  note: no log key in KCERT_HOME; the leaves were held against the tree the "
+                "database's own nodes store, not a signed checkpoint",
+                markup=False, soft_wrap=True,
+            )  # fmt: skip
         for difference in result.differences:
             out_console.print(
                 f"  - {difference.kind}: {difference.message}", markup=False, soft_wrap=True

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kcert.log.errors import LogError, LogRangeError, NoteError, ProofError, SignatureError
 from kcert.log.leaf import LeafError, parse_leaf
@@ -37,6 +37,12 @@ from kcert.log.proofs import verify_consistency, verify_inclusion
 from kcert.log.source import LogSource
 
 Progress = Callable[[int, int], None]
+
+
+class ProofSource(Protocol):
+    """What proving leaves against a checkpoint needs from a log: its consistency proofs."""
+
+    def consistency_proof(self, first: int, second: int) -> list[bytes]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +146,37 @@ def audit_log(
     return AuditResult(source.label, current, note, tuple(findings), tuple(consistent), hashes)
 
 
+def prove_leaves(
+    tree: MemoryTree, checkpoints: Sequence[tuple[str, Checkpoint]], proofs: ProofSource
+) -> list[Finding]:
+    """Leaves already read (their hashes in ``tree``) against each ``(label, checkpoint)``.
+
+    Each checkpoint must have been opened with the log's key. A tree that does not
+    hash to what one commits to has its first bad leaf named, by bisection over
+    ``proofs`` (which cannot place a leaf they do not hold: a log that rewrote its
+    nodes too is named with the first prefix it cannot prove).
+    """
+    findings: list[Finding] = []
+    for label, checkpoint in checkpoints:
+        if checkpoint.size > tree.size:
+            findings.append(
+                Finding(
+                    tree.size,
+                    f"entry {tree.size} is missing: {label} commits to {checkpoint.size} "
+                    f"entries, the log holds {tree.size}",
+                )  # fmt: skip
+            )
+        elif checkpoint.size and tree.root(checkpoint.size) != checkpoint.root:
+            bad = _first_divergence(proofs, tree, checkpoint.size, checkpoint.root)
+            findings.append(
+                Finding(
+                    bad,
+                    f"entry {bad} is not the leaf {label} (size {checkpoint.size}) commits to",
+                )
+            )
+    return findings
+
+
 def _read_leaves(
     source: LogSource, size: int, findings: list[Finding], progress: Progress | None
 ) -> MemoryTree:
@@ -185,7 +222,9 @@ def _read_leaves(
     return tree
 
 
-def _prefix_consistent(source: LogSource, tree: MemoryTree, m: int, size: int, root: bytes) -> bool:
+def _prefix_consistent(
+    source: ProofSource, tree: MemoryTree, m: int, size: int, root: bytes
+) -> bool:
     """Does the log prove our first ``m`` leaves are the first ``m`` of the tree ``root``?"""
     try:
         proof = source.consistency_proof(m, size)
@@ -195,7 +234,7 @@ def _prefix_consistent(source: LogSource, tree: MemoryTree, m: int, size: int, r
     return True
 
 
-def _first_divergence(source: LogSource, tree: MemoryTree, size: int, root: bytes) -> int:
+def _first_divergence(source: ProofSource, tree: MemoryTree, size: int, root: bytes) -> int:
     """The first leaf of ours that the tree ``root`` of ``size`` leaves does not hold."""
     good, bad = 0, size  # the empty prefix always agrees; the whole tree does not
     while bad - good > 1:

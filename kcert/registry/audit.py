@@ -66,6 +66,7 @@ FINGERPRINT_REPORTED = "target.reported"
 PROMOTION_GRANTED = "promotion.granted"
 PROMOTION_DENIED = "promotion.denied"
 PROMOTION_SUSPENDED = "promotion.suspended"
+TOKEN_CREATED = "token.created"
 TOKEN_REVOKED = "token.revoked"
 
 _KIND = re.compile(r"^[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)*$")

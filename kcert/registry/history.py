@@ -14,14 +14,20 @@ earlier is named, although its recorded inputs alone re-decide the same way
 order is storage time, which the log's order follows but does not prove. A
 target with its own drift fields fingerprints a certificate over its recorded
 environment, which only the certificate holds: a ``FingerprintOf`` callback
-supplies it, and without one the recorded fingerprint is taken as it is.
+supplies it; when it cannot tell (no envelope to read), the recorded
+fingerprint is taken as it is and the decision is listed as *unverified*: its
+inputs were taken on the leaf's word, not checked.
 
 At the end, every promotion the log leaves active must still have a valid
 certificate by the folded state, under the policy that granted it: a change
 (a revocation, a drift) logged without the suspension it called for is named
-at the entry that granted the promotion.
+at the entry that granted the promotion. A promotion whose certificates
+cannot be fingerprinted for its target is not checked there: it is listed as
+unverified.
 
-Leaves of kinds this module does not know (tokens, say) change nothing here.
+Tokens are folded from their ``token.created`` and ``token.revoked`` leaves
+(id, scopes, expiry, revoked). Leaves of kinds this module does not know change
+nothing here.
 """
 
 from __future__ import annotations
@@ -71,6 +77,13 @@ class LoggedTarget:
 
 
 @dataclass(slots=True)
+class LoggedToken:
+    scopes: tuple[str, ...]
+    expires_at: str | None
+    revoked: bool = False
+
+
+@dataclass(slots=True)
 class LoggedPromotion:
     status: str  # "active" | "suspended"
     certificate: str | None
@@ -105,8 +118,12 @@ class LoggedState:
     stale: set[tuple[str, str, int]] = field(default_factory=set)
     #: (kernel, target) to the promotion's state.
     promotions: dict[tuple[str, str], LoggedPromotion] = field(default_factory=dict)
+    #: API tokens by id (never their secrets: the log holds none).
+    tokens: dict[str, LoggedToken] = field(default_factory=dict)
     #: Certificate ids from before migration 0004 to the id the certificate has now.
     aliases: Mapping[str, str] = field(default_factory=dict)
+    #: What the last folded leaf took on its own word (cleared before each leaf).
+    on_trust: list[str] = field(default_factory=list)
 
     def canonical(self, certificate: str) -> str:
         """The id a certificate has now (entries before migration 0004 name old ids)."""
@@ -137,6 +154,11 @@ class LoggedState:
             fingerprint = cert.fingerprint
             if drift:
                 known = fingerprint_of(cid, drift) if fingerprint_of is not None else None
+                if known is None:
+                    self.on_trust.append(
+                        f"certificate {cid}'s fingerprint over the drift fields "
+                        f"{list(drift)} was taken from the entry: its envelope could not be read"
+                    )
                 fingerprint = known or (said.fingerprint if said else fingerprint)
             sandboxed = cert.sandboxed
             if sandboxed is None and said is not None:
@@ -174,6 +196,8 @@ class HistoryReplay:
     #: How many decision leaves were replayed.
     decisions: int
     differences: list[HistoryDifference]
+    #: What could not be checked (inputs taken on a leaf's word), by entry.
+    unverified: list[HistoryDifference] = field(default_factory=list)
 
     @property
     def same(self) -> bool:
@@ -192,6 +216,7 @@ def replay_history(
     """
     state = LoggedState(aliases=dict(aliases or {}))
     differences: list[HistoryDifference] = []
+    unverified: list[HistoryDifference] = []
     decisions = 0
     expected = 0
     for index, data in entries:
@@ -199,33 +224,60 @@ def replay_history(
             raise LeafError(f"entry {expected} is missing: the history needs every leaf in order")
         expected += 1
         leaf = parse_leaf(index, data)
+        state.on_trust.clear()
         found = apply(state, leaf, fingerprint_of=fingerprint_of)
         decisions += leaf.kind in DECISIONS
         differences.extend(HistoryDifference(index, leaf.kind, m) for m in found)
-    differences.extend(_active_without_a_valid_certificate(state, fingerprint_of))
-    return HistoryReplay(state=state, decisions=decisions, differences=differences)
+        unverified.extend(
+            HistoryDifference(index, leaf.kind, m) for m in dict.fromkeys(state.on_trust)
+        )
+    state.on_trust.clear()
+    for difference in _active_without_a_valid_certificate(state, fingerprint_of):
+        (unverified if difference.unverified else differences).append(difference.value)
+    return HistoryReplay(state, decisions, differences, unverified)
+
+
+@dataclass(frozen=True, slots=True)
+class _EndCheck:
+    value: HistoryDifference
+    unverified: bool
 
 
 def _active_without_a_valid_certificate(
     state: LoggedState, fingerprint_of: FingerprintOf | None
-) -> Iterator[HistoryDifference]:
+) -> Iterator[_EndCheck]:
     """Promotions the log leaves active although, by the log, no certificate is valid for
     them any more under the policy that granted them: a change that should have
-    suspended them was logged without the suspension."""
+    suspended them was logged without the suspension. Those that cannot be checked
+    (a certificate that cannot be fingerprinted) are yielded as unverified."""
     for (kernel, target), promotion in sorted(state.promotions.items()):
-        if promotion.status != "active" or not _fingerprints_known(
-            state, kernel, target, fingerprint_of
-        ):
+        if promotion.status != "active":
+            continue
+        if not _fingerprints_known(state, kernel, target, fingerprint_of):
+            yield _EndCheck(
+                HistoryDifference(
+                    promotion.granted_at,
+                    audit.PROMOTION_GRANTED,
+                    f"promotion of {kernel} on {target!r} is active at the end of the log; "
+                    "whether a certificate still holds for it is not checked: a candidate's "
+                    "envelope could not be read to fingerprint it over the target's drift fields",
+                ),  # fmt: skip
+                unverified=True,
+            )
             continue
         inputs = state.inputs(kernel, target, policy_version=promotion.policy_version,
                               fingerprint_of=fingerprint_of)  # fmt: skip
         decision = decide_promotion(inputs)
         if not decision.allow:
-            yield HistoryDifference(
-                promotion.granted_at, audit.PROMOTION_GRANTED,
-                f"promotion of {kernel} on {target!r} is still active at the end of the log, "
-                f"which leaves it no valid certificate: {'; '.join(decision.reasons)}",
-            )  # fmt: skip
+            yield _EndCheck(
+                HistoryDifference(
+                    promotion.granted_at,
+                    audit.PROMOTION_GRANTED,
+                    f"promotion of {kernel} on {target!r} is still active at the end of the "
+                    f"log, which leaves it no valid certificate: {'; '.join(decision.reasons)}",
+                ),  # fmt: skip
+                unverified=False,
+            )
 
 
 def apply(
@@ -301,6 +353,26 @@ def _invalidated(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def _token_created(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
+    token = str(p["token_id"])
+    if token in state.tokens:
+        return [f"creates token {token} again"]
+    expires = p.get("expires_at")
+    state.tokens[token] = LoggedToken(
+        scopes=tuple(sorted(str(s) for s in p["scopes"])),
+        expires_at=None if expires is None else str(expires),
+    )
+    return []
+
+
+def _token_revoked(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
+    token = state.tokens.get(str(p["token_id"]))
+    if token is None:
+        return [f"revokes token {p['token_id']}, which no earlier entry created"]
+    token.revoked = True
+    return []
+
+
 def _reported(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
     fields = p.get("drift_fields")
     state.targets[str(p["target"])] = LoggedTarget(
@@ -320,6 +392,8 @@ _HANDLERS: dict[str, Callable[[LoggedState, Mapping[str, Any]], list[str]]] = {
     audit.CERTIFICATE_REVOKED: _revoked,
     audit.CERTIFICATE_INVALIDATED: _invalidated,
     audit.FINGERPRINT_REPORTED: _reported,
+    audit.TOKEN_CREATED: _token_created,
+    audit.TOKEN_REVOKED: _token_revoked,
 }
 
 

@@ -75,7 +75,7 @@ def create_token(*, session: Session, request: ApiTokenCreate) -> ApiTokenCreate
     session.add(row)
     audit.record_event(
         session,
-        "token.created",
+        audit.TOKEN_CREATED,
         {
             "token_id": row.id,
             "scopes": row.scopes,

@@ -477,9 +477,19 @@ def test_rerun_on_the_gpu_reproduces_every_anchor(
 def test_replay_all_follows_every_decision_from_the_history_before_it(
     registry: Registry,
 ) -> None:
+    # Nothing to prove the leaves with yet: unverified, which fails unless accepted.
+    unproved = _run("replay", "--all", "--json")
+    assert unproved.exit_code == 1, unproved.output
+    assert [u["kind"] for u in _json(unproved)["unverified"]] == ["log"]
+    assert _run("replay", "--all", "--allow-unverified").exit_code == 0
+    assert _run("verify", "--trust-on-first-use").exit_code == 0
     result = _run("replay", "--all", "--json")
     assert result.exit_code == 0, result.output
-    assert _json(result) == {"same": True, "decisions": 3, "differences": []}
+    assert _json(result) == {
+        "same": True, "decisions": 3, "differences": [], "log": [], "unverified": [],
+        "proved_against": ["the log's signed checkpoint (size 8)",
+                           "the last audited checkpoint (size 8)"],
+    }  # fmt: skip
     assert _run("replay").exit_code == 2
     assert _run("replay", "1", "--all").exit_code == 2
     # The grant logged again after the drift: its inputs are no longer the log's state.
@@ -497,6 +507,9 @@ def test_replay_all_follows_every_decision_from_the_history_before_it(
 
 
 def test_replay_all_over_http(served: Registry) -> None:
-    result = _run("replay", "--all", "--registry", "http://testserver", "--json")
+    url = ("--registry", "http://testserver")
+    assert _run("verify", *url, "--trust-on-first-use").exit_code == 0
+    result = _run("replay", "--all", *url, "--json")
     assert result.exit_code == 0, result.output
     assert _json(result)["decisions"] == 3
+    assert _json(result)["proved_against"][0] == "the log's signed checkpoint (size 8)"
