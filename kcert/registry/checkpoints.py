@@ -197,17 +197,30 @@ class CheckpointGuard:
         self, session: Session, note: str, current: Checkpoint, last: Checkpoint | None
     ) -> tuple[str, bool]:
         """Ask each witness whose cosignature ``note`` lacks; the note with what they gave."""
+        due = [
+            endpoint for endpoint in self.witnesses
+            if not endpoint.key.cosignatures(note)
+            and time.monotonic() >= self._retry_at.get(endpoint.url, 0.0)
+        ]  # fmt: skip
+        if not due:
+            return note, False
+        if self._client is not None:
+            return self._ask(session, note, current, last, due, self._client)
+        # A client per signing, not per process: signing is rare, and nothing is left open.
+        with httpx.Client(timeout=self._timeout) as client:
+            return self._ask(session, note, current, last, due, client)
+
+    def _ask(
+        self, session: Session, note: str, current: Checkpoint, last: Checkpoint | None,
+        due: Sequence[WitnessEndpoint], client: httpx.Client,
+    ) -> tuple[str, bool]:  # fmt: skip
         gained = False
-        for endpoint in self.witnesses:
-            if endpoint.key.cosignatures(note) or time.monotonic() < self._retry_at.get(
-                endpoint.url, 0.0
-            ):
-                continue
+        for endpoint in due:
             try:
                 lines = submit(
                     endpoint, note, current, old_size=last.size if last else 0,
                     proof=lambda first, second: audit.consistency_proof(session, first, second),
-                    client=self._http(),
+                    client=client,
                 )  # fmt: skip
             except WitnessSawOtherTree as exc:
                 raise LogInconsistent(f"{exc}. Refusing to sign.") from exc
@@ -219,11 +232,6 @@ class CheckpointGuard:
             note = add_signature_lines(note, lines)
             gained = True
         return note, gained
-
-    def _http(self) -> httpx.Client:
-        if self._client is None:
-            self._client = httpx.Client(timeout=self._timeout)
-        return self._client
 
     # --- files -------------------------------------------------------------------------------
 
@@ -264,5 +272,4 @@ class CheckpointGuard:
         return None
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        """Nothing is held open between signings; kept for the app's shutdown hook."""
