@@ -61,7 +61,7 @@ def create_app(
     app.include_router(routes_certificates.router, tags=["certificates"])
     app.include_router(routes_targets.router, tags=["targets"])
     app.include_router(routes_tokens.router, tags=["tokens"])
-    app.include_router(routes_health.router, tags=["health"])
+    app.include_router(routes_health.router, tags=["log"])
     log_router = _log_router()
     if log_router is not None:
         app.include_router(log_router, tags=["log"])

@@ -1,4 +1,4 @@
-"""``GET /v1/health``: is the registry's audit log one it may keep signing?
+"""``GET /v1/log/health``: is the registry's audit log one it may keep signing?
 
 Public, like the log routes: it reveals nothing the log does not. It proves
 the database's tree extends the last checkpoint the registry signed
@@ -17,7 +17,7 @@ from kcert.api.deps import ReadSessionDep
 from kcert.api.problems import PROBLEM_MEDIA_TYPE
 from kcert.registry.checkpoints import CheckpointGuard
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1/log")
 
 _UNHEALTHY: dict[str, Any] = {
     "content": {PROBLEM_MEDIA_TYPE: {}},

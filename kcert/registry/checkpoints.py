@@ -9,7 +9,7 @@ that checkpoint (RFC 9162). A database restored from an older copy (fewer
 entries: a *rollback*), or one whose tree differs at the same size or cannot
 be proved to extend it (a *fork*), is refused: nothing is signed, and the
 registry reports :class:`LogInconsistent` (problem type ``log-inconsistent``,
-HTTP 503) from the checkpoint route and ``/v1/health``, denies every gate
+HTTP 503) from the checkpoint route and ``/v1/log/health``, denies every gate
 answer and refuses writes until the database holds a tree that extends the
 checkpoint again.
 
@@ -34,8 +34,10 @@ from pathlib import Path
 
 import httpx
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from kcert.errors import KcertError
 from kcert.log.cosignature import CosignerKey, add_signature_lines
 from kcert.log.errors import LogError, NoteError, ProofError, SignatureError
 from kcert.log.note import Checkpoint, Signer, open_checkpoint
@@ -169,6 +171,10 @@ class CheckpointGuard:
                 self.check(session)
         except LogInconsistent:
             pass  # alarm set and logged: the server starts, unhealthy, and says so
+        except (KcertError, SQLAlchemyError) as exc:
+            # A database that cannot be read now is the routes' 503 to report, not a
+            # reason to refuse to start; the check runs again at every signing.
+            log.warning("could not check the audit log at start: %s", type(exc).__name__)
 
     # --- signing -----------------------------------------------------------------------------
 

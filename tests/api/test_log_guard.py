@@ -4,7 +4,7 @@ The attack (issue: "the log trusts whoever holds the database"): revoke a
 certificate, then restore the database from a copy taken before the
 revocation. Without the guard the registry signs the rolled-back tree, the
 revocation is gone and the gate allows again. With it, the registry refuses to
-sign (503 ``log-inconsistent``), ``/v1/health`` says so, the gate denies and
+sign (503 ``log-inconsistent``), ``/v1/log/health`` says so, the gate denies and
 writes stop. SQLite is restored from a file copy and the server restarted;
 PostgreSQL loses its newest rows while the server runs.
 """
@@ -97,7 +97,7 @@ def _delete_newest(engine: Engine, keep: int) -> None:
 
 def _assert_fails_closed(client: TestClient, cert: dict[str, str], word: str) -> None:
     _assert_inconsistent(client.get("/v1/log/checkpoint"), word)
-    _assert_inconsistent(client.get("/v1/health"), word)
+    _assert_inconsistent(client.get("/v1/log/health"), word)
     gate = client.get("/v1/gate", params={"kernel": cert["kernel"], "target": "prod"},
                       headers=ADMIN)  # fmt: skip
     assert gate.status_code == 200
@@ -118,11 +118,11 @@ def test_health_is_ok_and_the_checkpoint_file_follows_the_log(
     engine: Engine, home: Path, signing_key: Ed25519PrivateKey
 ) -> None:
     with TestClient(_app(home, engine)) as client:
-        assert client.get("/v1/health").json()["status"] == "ok"
+        assert client.get("/v1/log/health").json()["status"] == "ok"
         _promoted(client, signing_key)
         note = client.get("/v1/log/checkpoint").text
         assert (home / "log-checkpoint").read_text(encoding="utf-8") == note
-        assert client.get("/v1/health").json() == {
+        assert client.get("/v1/log/health").json() == {
             "status": "ok", "log_size": _size(engine), "checkpoint_size": _size(engine),
         }  # fmt: skip
 
@@ -220,7 +220,7 @@ def test_a_forged_checkpoint_file_is_refused_and_the_genuine_one_heals(
         (home / "log-checkpoint").write_text(forged, encoding="utf-8")
         _assert_fails_closed(client, cert, "not a checkpoint signed by this log's key")
         (home / "log-checkpoint").write_text(genuine, encoding="utf-8")
-        assert client.get("/v1/health").json()["status"] == "ok"
+        assert client.get("/v1/log/health").json()["status"] == "ok"
         params = {"kernel": cert["kernel"], "target": "prod"}
         assert client.get("/v1/gate", params=params, headers=ADMIN).json()["allow"] is True
         assert client.post("/v1/promotions", json=params, headers=ADMIN).status_code == 201
