@@ -20,7 +20,7 @@ from kcert import __version__
 from kcert.api import routes_certificates, routes_health, routes_targets, routes_tokens
 from kcert.api.problems import EXCEPTION_HANDLERS, BodyLimitMiddleware, LastResortMiddleware
 from kcert.registry.audit import log_signer
-from kcert.registry.checkpoints import CheckpointGuard, witness_endpoints
+from kcert.registry.checkpoints import CheckpointGuard, CheckpointPublisher, witness_endpoints
 from kcert.registry.config import Settings
 from kcert.registry.db import engine_for, migrate
 from kcert.registry.gatekeeper import Gatekeeper
@@ -50,6 +50,9 @@ def create_app(
     )  # fmt: skip
     guard.startup(engine)
     app.state.log_guard = guard
+    app.state.checkpoint_publisher = CheckpointPublisher(
+        guard, engine, settings.checkpoint_interval
+    )
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
     # Per app (so per process): cached gate answers, checked against the database's version.
     app.state.gatekeeper = Gatekeeper(
@@ -73,7 +76,9 @@ def create_app(
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    app.state.checkpoint_publisher.start()
     yield
+    app.state.checkpoint_publisher.stop()
     # The gate's own read connections (outside the engine's pool); the engine's stay its owner's.
     app.state.gatekeeper.close()
     app.state.log_guard.close()

@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     witnesses: list[WitnessConfig] = Field(default_factory=list)
     #: Seconds to wait for one witness's answer.
     witness_timeout: float = Field(default=5.0, gt=0, le=60)
+    #: A server signs (and submits to witnesses) each new tree within this many seconds; 0: off.
+    checkpoint_interval: float = Field(default=1.0, ge=0, le=3600)
 
     @field_validator("home")
     @classmethod

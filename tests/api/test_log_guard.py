@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +38,10 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 INCONSISTENT = "https://kcert.dev/problems/log-inconsistent"
 
 
-def _app(home: Path, engine: Engine) -> FastAPI:
+def _app(home: Path, engine: Engine, interval: float = 0) -> FastAPI:
     settings = Settings(
         home=home, database_url=str(engine.url.render_as_string(hide_password=False)),
-        admin_token=SecretStr(ADMIN_TOKEN),
+        admin_token=SecretStr(ADMIN_TOKEN), checkpoint_interval=interval,
     )  # fmt: skip
     return create_app(settings, engine=engine)
 
@@ -224,3 +226,47 @@ def test_a_forged_checkpoint_file_is_refused_and_the_genuine_one_heals(
         params = {"kernel": cert["kernel"], "target": "prod"}
         assert client.get("/v1/gate", params=params, headers=ADMIN).json()["allow"] is True
         assert client.post("/v1/promotions", json=params, headers=ADMIN).status_code == 201
+
+
+def _wait_for(what: str, condition: Callable[[], bool], seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.05)
+
+
+def test_the_server_checkpoints_every_change_and_finds_a_fork_unasked(
+    engine: Engine, home: Path, signing_key: Ed25519PrivateKey
+) -> None:
+    """Nobody requests a checkpoint here: the server's publisher signs and checks on its own."""
+    checkpoint = home / "log-checkpoint"
+
+    def signed_size() -> int:
+        text_ = checkpoint.read_text(encoding="utf-8") if checkpoint.exists() else "\n0\n"
+        return int(text_.split("\n")[1])
+
+    with TestClient(_app(home, engine, interval=0.05)) as client:
+        cert = _promoted(client, signing_key)
+        keep = _size(engine)
+        _wait_for("the promotion's checkpoint", lambda: signed_size() == keep)
+        revoked = client.post(f"/v1/certificates/{cert['id']}/revoke", json={"reason": "bad"},
+                              headers=ADMIN)  # fmt: skip
+        assert revoked.status_code == 200
+        signed = _size(engine)
+        _wait_for("the revocation's checkpoint", lambda: signed_size() == signed)
+        _delete_newest(engine, keep)
+        with write_session(engine) as session:  # same size, another tree
+            audit.record_events(
+                session, [("key.trusted", {"keyid": f"f{i}"}) for i in range(signed - keep)]
+            )
+            session.commit()
+        params = {"kernel": cert["kernel"], "target": "prod"}
+
+        def denied_for_the_log() -> bool:
+            answer = client.get("/v1/gate", params=params, headers=ADMIN).json()
+            return answer["allow"] is False and any(
+                "log-inconsistent" in r and "fork" in r for r in answer["reasons"]
+            )
+
+        _wait_for("the gate to fail closed", denied_for_the_log)
+        assert signed_size() == signed  # the forked tree was never signed

@@ -217,7 +217,8 @@ def test_the_registry_submits_and_audit_verify_requires_the_cosignature(
 def test_the_server_serves_cosigned_checkpoints_and_a_witness_catches_a_lost_file(
     engine: Engine, home: Path, witness: ThreadWitness, database_url: str
 ) -> None:
-    settings = Settings(home=home, database_url=database_url, witnesses=json.loads(witness.config))
+    settings = Settings(home=home, database_url=database_url, checkpoint_interval=0,
+                        witnesses=json.loads(witness.config))  # fmt: skip
     with TestClient(create_app(settings, engine=engine)) as client:
         _append(engine, 6, "a")
         note = client.get("/v1/log/checkpoint").text
@@ -234,3 +235,25 @@ def test_the_server_serves_cosigned_checkpoints_and_a_witness_catches_a_lost_fil
         assert refused.json()["type"] == "https://kcert.dev/problems/log-inconsistent"
         assert "rolled back" in refused.json()["detail"]
         assert not (home / "log-checkpoint").exists()
+
+
+def test_the_server_submits_each_new_checkpoint_unasked(
+    engine: Engine, home: Path, witness: ThreadWitness, database_url: str
+) -> None:
+    """No checkpoint is requested: the server's publisher signs and submits on its own."""
+    settings = Settings(home=home, database_url=database_url, checkpoint_interval=0.05,
+                        witnesses=json.loads(witness.config))  # fmt: skip
+    origin = audit.log_signer(home).name
+
+    def witnessed() -> int:
+        record = witness.witness.state.read().get(origin)
+        return record.size if record else 0
+
+    with TestClient(create_app(settings, engine=engine)):
+        for batch, total in ((4, 4), (5, 9)):  # the second goes with a consistency proof
+            _append(engine, batch, f"b{total}")
+            deadline = time.monotonic() + 20
+            while witnessed() != total:
+                assert time.monotonic() < deadline, f"the witness never got size {total}"
+                time.sleep(0.05)
+    assert witness.cosigner.key.verify((home / "log-checkpoint").read_text()) > 0
