@@ -28,7 +28,9 @@ from sqlalchemy.engine import make_url
 
 from kcert.api.app import create_app
 from kcert.attest.keys import public_key_hex
+from kcert.digest import Digest
 from kcert.registry import audit
+from kcert.registry.client import EmbeddedRegistry
 from kcert.registry.config import Settings
 from kcert.registry.db import make_engine, write_session
 from kcert.registry.testing import gpu_environment, make_certificate
@@ -154,6 +156,12 @@ def test_sqlite_restored_from_a_copy_is_refused(
     try:
         with TestClient(_app(home, restored)) as client:
             _assert_fails_closed(client, cert, "rollback")
+        # The embedded registry's gate (the CLI without a server) fails closed the same way.
+        settings = Settings(home=home, database_url=database_url)
+        embedded = EmbeddedRegistry(settings, engine=restored)
+        answer = embedded.gate(Digest.parse(cert["kernel"]), "prod")
+        assert answer.allow is False and "log-inconsistent" in answer.reasons[0]
+        assert "rollback" in answer.reasons[0]
     finally:
         restored.dispose()
 
