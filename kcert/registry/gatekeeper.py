@@ -30,6 +30,12 @@ in between only makes the entry stale at once, never a stale answer current.
 The decision itself is :func:`kcert.registry.decisions.gate_decision` over the
 same two reads as :func:`kcert.registry.decisions.gate`: the cache only
 remembers its answers.
+
+The gate fails closed when the log is unhealthy (:class:`LogHealth`, the
+registry's :class:`kcert.registry.checkpoints.CheckpointGuard`): a version
+below a size the log signed (read before the version, so never a false
+alarm) or an inconsistency the guard found makes every answer a deny, in
+memory, without a read of its own.
 """
 
 from __future__ import annotations
