@@ -17,9 +17,11 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from kcert import __version__
-from kcert.api import openapi, routes_certificates, routes_targets, routes_tokens
+from kcert.api import openapi, routes_certificates, routes_health, routes_targets, routes_tokens
 from kcert.api.body import JsonBodyMiddleware
 from kcert.api.problems import EXCEPTION_HANDLERS, BodyLimitMiddleware, LastResortMiddleware
+from kcert.registry.audit import log_signer
+from kcert.registry.checkpoints import CheckpointGuard, CheckpointPublisher, witness_endpoints
 from kcert.registry.config import Settings
 from kcert.registry.db import engine_for, migrate
 from kcert.registry.gatekeeper import Gatekeeper
@@ -42,15 +44,28 @@ def create_app(
     )
     app.state.settings = settings
     app.state.engine = engine
+    # The last signed checkpoint guards the log against a restored or forked database.
+    guard = CheckpointGuard(
+        settings.home, log_signer(settings.home), witnesses=witness_endpoints(settings.witnesses),
+        witness_timeout=settings.witness_timeout,
+    )  # fmt: skip
+    guard.startup(engine)
+    app.state.log_guard = guard
+    app.state.checkpoint_publisher = CheckpointPublisher(
+        guard, engine, settings.checkpoint_interval
+    )
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
     # Per app (so per process): cached gate answers, checked against the database's version.
-    app.state.gatekeeper = Gatekeeper(engine, admin_token=admin, render=routes_targets.render_gate)
+    app.state.gatekeeper = Gatekeeper(
+        engine, admin_token=admin, render=routes_targets.render_gate, health=guard
+    )
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
     app.include_router(routes_targets.gate_router, tags=["targets"])
     app.include_router(routes_certificates.router, tags=["certificates"])
     app.include_router(routes_targets.router, tags=["targets"])
     app.include_router(routes_tokens.router, tags=["tokens"])
+    app.include_router(routes_health.router, tags=["log"])
     log_router = _log_router()
     if log_router is not None:
         app.include_router(log_router, tags=["log"])
@@ -65,9 +80,12 @@ def create_app(
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    app.state.checkpoint_publisher.start()
     yield
+    app.state.checkpoint_publisher.stop()
     # The gate's own read connections (outside the engine's pool); the engine's stay its owner's.
     app.state.gatekeeper.close()
+    app.state.log_guard.close()
 
 
 def _log_router() -> Any:

@@ -35,7 +35,13 @@ async def get_engine(request: Request) -> Engine:
     return engine
 
 
-def get_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Session]:
+def get_session(
+    request: Request, engine: Annotated[Engine, Depends(get_engine)]
+) -> Iterator[Session]:
+    # Fail closed: no write extends a log that does not extend its own last checkpoint.
+    guard = getattr(request.app.state, "log_guard", None)
+    if guard is not None and guard.alarm is not None:
+        raise guard.alarm
     with write_session(engine) as session:
         yield session
 

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from kcert.digest import DigestError
 from kcert.errors import KcertError
 from kcert.registry import errors as reg
+from kcert.registry.checkpoints import LogInconsistent
 
 PROBLEM_BASE = "https://kcert.dev/problems/"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -41,6 +42,7 @@ STATUS: Mapping[type[KcertError], int] = {
     reg.PromotionDenied: 409,
     reg.PolicyError: 422,
     reg.RegistryUnavailable: 503,
+    LogInconsistent: 503,
     DigestError: 422,
 }
 

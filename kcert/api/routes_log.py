@@ -22,13 +22,14 @@ import base64
 import functools
 from pathlib import Path
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
 from kcert.api.deps import ReadSessionDep, SettingsDep
 from kcert.log.note import Signer
 from kcert.registry import audit
+from kcert.registry.checkpoints import CheckpointGuard
 
 router = APIRouter(prefix="/v1/log", tags=["log"])
 
@@ -72,11 +73,22 @@ def _b64(data: bytes) -> str:
 @router.get(
     "/checkpoint",
     response_class=PlainTextResponse,
-    responses={200: {"content": {_NOTE: {}}, "description": "C2SP signed checkpoint note"}},
+    responses={
+        200: {"content": {_NOTE: {}}, "description": "C2SP signed checkpoint note"},
+        503: {
+            "content": {"application/problem+json": {}},
+            "description": "log-inconsistent: the tree does not extend the last checkpoint signed",
+        },
+    },
 )
-def get_checkpoint(session: ReadSessionDep, settings: SettingsDep) -> PlainTextResponse:
-    """The current checkpoint, a C2SP signed note."""
-    note = audit.signed_checkpoint(session, _signer(settings.home))
+def get_checkpoint(request: Request, session: ReadSessionDep) -> PlainTextResponse:
+    """The current checkpoint, a C2SP signed note with any witness cosignatures.
+
+    Signed only when the tree extends the last checkpoint signed; otherwise 503
+    ``log-inconsistent`` (see :mod:`kcert.registry.checkpoints`).
+    """
+    guard: CheckpointGuard = request.app.state.log_guard
+    note = guard.sign(session)
     return PlainTextResponse(note, media_type=_NOTE)
 
 

@@ -71,10 +71,12 @@ def _register_all() -> None:
         certify_cmds,
         fingerprint_cmd,
         registry_cmds,
+        witness_cmds,
     )
 
     for module in (
         build_cmds, certify_cmds, fingerprint_cmd, attest_cmds, registry_cmds, audit_cmds,
+        witness_cmds,
     ):  # fmt: skip
         module.register(app)
 

@@ -37,6 +37,7 @@ import typer
 
 from kcert.cli.output import emit_error, emit_json, err_console, out_console
 from kcert.errors import UsageError
+from kcert.log.cosignature import CosignerKey
 from kcert.log.errors import LogError, LogRangeError, NoteError, SignatureError
 from kcert.log.leaf import Leaf, LeafError, parse_leaf
 from kcert.log.merkle import leaf_hash
@@ -89,7 +90,8 @@ def open_source(registry: str | None) -> tuple[LogSource, Path]:
         return HttpLogSource(url, token=token), settings.home
     from sqlalchemy.engine import make_url
 
-    from kcert.registry.audit import DatabaseLogSource
+    from kcert.registry.audit import DatabaseLogSource, log_signer
+    from kcert.registry.checkpoints import CheckpointGuard, witness_endpoints
     from kcert.registry.db import engine_for
 
     db_url = settings.resolved_database_url()
@@ -99,7 +101,13 @@ def open_source(registry: str | None) -> tuple[LogSource, Path]:
             f"no embedded registry at {parsed.database}; name one with --registry URL "
             "or KCERT_REGISTRY, or set KCERT_HOME"
         )
-    return DatabaseLogSource(engine_for(db_url), settings.home), settings.home
+    # The embedded registry signs its checkpoints here: through the same guard as a server,
+    # and submitted to the same witnesses (KCERT_WITNESSES).
+    guard = CheckpointGuard(
+        settings.home, log_signer(settings.home),
+        witnesses=witness_endpoints(settings.witnesses), witness_timeout=settings.witness_timeout,
+    )  # fmt: skip
+    return DatabaseLogSource(engine_for(db_url), settings.home, guard=guard), settings.home
 
 
 def resolve_key(
@@ -161,10 +169,19 @@ def verify(
             "--trust-on-first-use", help="Pin the key the log serves when none is pinned."
         ),
     ] = False,
+    witness: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--witness",
+            help="A witness's cosignature/v1 verifier key (or a file holding one) whose valid "
+            "cosignature the checkpoint must carry; repeat to require several.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check the current checkpoint's signature, recompute its root from every entry, and
     prove it extends the given checkpoint and the last one audited."""
+    witnesses = [_witness_key(text) for text in witness or []]
     source, home = open_source(registry)
     state = AuditState(home / "audit" / state_dir_name(source.label))
     verifier, pin_note = resolve_key(state, source, key, trust_on_first_use)
@@ -180,24 +197,73 @@ def verify(
     result = audit_log(
         source, verifier, previous=previous, known_leaf_hashes=known, progress=progress
     )
-    if result.ok:
+    cosigned = _check_witnesses(result, witnesses)
+    ok = result.ok and all(w["ok"] for w in cosigned)
+    if ok:
+        # Only a witnessed checkpoint is remembered when witnesses are required: an
+        # unwitnessed one may be a view shown to this auditor alone.
         state.save(result)
-    _show_verify(result, verifier, json_out, pin_note)
-    raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
+    _show_verify(result, verifier, json_out, pin_note, cosigned)
+    raise typer.Exit(EXIT_OK if ok else EXIT_FAIL)
 
 
-def _show_verify(result: AuditResult, verifier: Verifier, json_out: bool, pin: str | None) -> None:
+def _witness_key(text: str) -> CosignerKey:
+    path = Path(text)
+    try:
+        value = path.read_text(encoding="utf-8") if path.is_file() else text
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--witness: cannot read {path}") from exc
+    try:
+        return CosignerKey.from_vkey(value)
+    except LogError as exc:
+        raise UsageError(f"--witness: {exc}") from exc
+
+
+def _check_witnesses(result: AuditResult, keys: list[CosignerKey]) -> list[dict[str, Any]]:
+    """Each required witness: does the audited checkpoint carry its valid cosignature?"""
+    checked: list[dict[str, Any]] = []
+    for key in keys:
+        entry: dict[str, Any] = {"name": key.name, "vkey": key.vkey()}
+        if result.note is None or result.checkpoint is None:
+            entry.update(ok=False, message="no checkpoint to check")
+        else:
+            try:
+                entry.update(ok=True, timestamp=key.verify(result.note))
+            except LogError as exc:
+                entry.update(ok=False, message=str(exc))
+        checked.append(entry)
+    return checked
+
+
+def _show_verify(
+    result: AuditResult, verifier: Verifier, json_out: bool, pin: str | None,
+    witnesses: list[dict[str, Any]],
+) -> None:  # fmt: skip
     if json_out:
         value: dict[str, Any] = result.to_json()
         value["key"] = verifier.vkey()
         value["pinned_now"] = pin is not None
+        value["witnesses"] = witnesses
+        value["ok"] = value["ok"] and all(w["ok"] for w in witnesses)
         emit_json(value)
         return
     cp = result.checkpoint
-    if result.ok and cp is not None:
+    missing = [w for w in witnesses if not w["ok"]]
+    if result.ok and cp is not None and not missing:
         out_console.print(f"log {result.source}: OK, {cp.size} entries, origin {cp.origin}")
         for label in result.consistent_with:
             out_console.print(f"  extends {label}")
+        for w in witnesses:
+            out_console.print(f"  cosigned by witness {w['name']} (time {w['timestamp']})",
+                              markup=False)  # fmt: skip
+        return
+    if result.ok and cp is not None:
+        out_console.print(
+            f"log {result.source}: FAILED, the checkpoint of {cp.size} entries is not "
+            "cosigned by every required witness", soft_wrap=True, markup=False,
+        )  # fmt: skip
+        for w in missing:
+            out_console.print(f"  - {w['message']}", soft_wrap=True, markup=False)
         return
     bad = result.first_bad_index
     where = f"first bad index {bad}" if bad is not None else "the checkpoint does not verify"
@@ -492,10 +558,6 @@ def _replay_all(source: LogSource, home: Path, json_out: bool, allow_unverified:
     raise typer.Exit(EXIT_OK if ok else EXIT_FAIL)
 
 
-#: The server's last signed checkpoint, beside its log key in ``KCERT_HOME``.
-SERVER_CHECKPOINT_FILE = "log-checkpoint"
-
-
 def _read_note(path: Path, what: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -505,7 +567,9 @@ def _read_note(path: Path, what: str) -> str:
 
 def _server_checkpoint(home: Path) -> list[tuple[str, str]]:
     """The server's last signed checkpoint (``KCERT_HOME/log-checkpoint``), when there is one."""
-    path = home / SERVER_CHECKPOINT_FILE
+    from kcert.registry.checkpoints import CHECKPOINT_FILE
+
+    path = home / CHECKPOINT_FILE
     if not path.exists():
         return []
     return [(f"the server's last signed checkpoint ({path})", _read_note(path, "the checkpoint"))]

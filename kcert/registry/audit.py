@@ -250,17 +250,27 @@ class DatabaseLogSource:
     embedded registry checks exactly what a remote auditor would be served.
     """
 
-    def __init__(self, engine: Engine, home: Path, *, label: str | None = None) -> None:
+    def __init__(
+        self, engine: Engine, home: Path, *, label: str | None = None, guard: Any = None
+    ) -> None:
         self._engine = engine
         self._home = home
         self.label = label or f"embedded registry {engine.url.render_as_string(hide_password=True)}"
+        #: A :class:`kcert.registry.checkpoints.CheckpointGuard`; one without witnesses if none.
+        self._guard = guard
 
     def _session(self) -> Session:
         return read_session(self._engine)
 
     def checkpoint(self) -> str:
+        """The current checkpoint, signed only if it extends the last one signed (the guard)."""
+        if self._guard is None:
+            from kcert.registry.checkpoints import CheckpointGuard
+
+            self._guard = CheckpointGuard(self._home, log_signer(self._home))
         with self._session() as session:
-            return signed_checkpoint(session, log_signer(self._home))
+            note: str = self._guard.sign(session)
+            return note
 
     def verifier_key(self) -> str:
         return log_signer(self._home).verifier.vkey()

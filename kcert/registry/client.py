@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from kcert.attest.dsse import Envelope
 from kcert.digest import Digest
@@ -81,6 +82,7 @@ class EmbeddedRegistry:
     def __init__(self, settings: Settings, *, engine: Engine | None = None) -> None:
         url = settings.resolved_database_url()
         self.engine = engine or engine_for(url)
+        self.home = settings.home
         self.where = f"embedded registry ({self.engine.url.render_as_string(hide_password=True)})"
         ensure_migrated(self.engine)
 
@@ -93,10 +95,27 @@ class EmbeddedRegistry:
 
     def gate(self, kernel: Digest, target: str) -> GateDecision:
         with read_session(self.engine) as session:
+            unhealthy = self._log_unhealthy(session)
+            if unhealthy is not None:  # fail closed, as the server's gate does
+                return GateDecision(allow=False, reasons=[unhealthy], certificate=None)
+            session.rollback()
             decision = decisions.gate(session=session, kernel=kernel, target=target)
         return GateDecision(
             allow=decision.allow, reasons=list(decision.reasons), certificate=decision.certificate
         )
+
+    def _log_unhealthy(self, session: Session) -> str | None:
+        """Why the log does not extend its last signed checkpoint, if it has one and does not."""
+        from kcert.registry.audit import log_signer
+        from kcert.registry.checkpoints import CHECKPOINT_FILE, CheckpointGuard, LogInconsistent
+
+        if not (self.home / CHECKPOINT_FILE).exists():
+            return None  # nothing signed yet here: nothing to hold the database to
+        try:
+            CheckpointGuard(self.home, log_signer(self.home)).check(session)
+        except LogInconsistent as exc:
+            return f"the registry's audit log is unhealthy (log-inconsistent): {exc}"
+        return None
 
     def promote(self, kernel: Digest, target: str) -> PromotionPublic:
         with write_session(self.engine) as session:

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Requests larger than this are refused with 413 before they are parsed.
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 REGISTRY_DB_NAME = "registry.db"
+
+
+class WitnessConfig(BaseModel):
+    """A C2SP tlog-witness the registry submits its checkpoints to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: The witness's submission prefix (``POST <url>/add-checkpoint``).
+    url: str = Field(min_length=1, max_length=2048)
+    #: Its cosignature/v1 verifier key, ``name+keyid+base64(0x04 || key)``.
+    vkey: str = Field(min_length=1, max_length=512)
 
 
 class Settings(BaseSettings):
@@ -33,6 +44,12 @@ class Settings(BaseSettings):
     registry: str | None = None
     #: Bearer token the CLI sends to a remote registry.
     token: SecretStr | None = None
+    #: Witnesses for the log's checkpoints, as JSON: ``[{"url": ..., "vkey": ...}]``.
+    witnesses: list[WitnessConfig] = Field(default_factory=list)
+    #: Seconds to wait for one witness's answer.
+    witness_timeout: float = Field(default=5.0, gt=0, le=60)
+    #: A server signs (and submits to witnesses) each new tree within this many seconds; 0: off.
+    checkpoint_interval: float = Field(default=1.0, ge=0, le=3600)
 
     @field_validator("home")
     @classmethod

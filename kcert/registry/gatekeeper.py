@@ -30,6 +30,12 @@ in between only makes the entry stale at once, never a stale answer current.
 The decision itself is :func:`kcert.registry.decisions.gate_decision` over the
 same two reads as :func:`kcert.registry.decisions.gate`: the cache only
 remembers its answers.
+
+The gate fails closed when the log is unhealthy (:class:`LogHealth`, the
+registry's :class:`kcert.registry.checkpoints.CheckpointGuard`): a version
+below a size the log signed (read before the version, so never a false
+alarm) or an inconsistency the guard found makes every answer a deny, in
+memory, without a read of its own.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from sqlalchemy import Engine, and_, bindparam
 from sqlalchemy import select as sa_select
@@ -103,6 +109,18 @@ _VERSION_TOKEN_TARGET = (
 
 #: The registry's version alone: what a cached answer needs checked.
 _VERSION = sa_select(_state.c.size).where(_state.c.id == LOG_STATE_ID)
+
+
+class LogHealth(Protocol):
+    """The log's own guard (:class:`kcert.registry.checkpoints.CheckpointGuard`), in memory."""
+
+    def floor(self) -> int:
+        """A size the log has signed; read before the database's version."""
+        ...
+
+    def refusal(self, version: int, floor: int) -> str | None:
+        """Why no gate may allow at ``version``, or ``None``."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +189,9 @@ class Gatekeeper(Generic[T]):
 
     def __init__(
         self, engine: Engine, *, admin_token: str | None, render: Callable[[Decision], T],
-        max_entries: int = MAX_ENTRIES,
+        max_entries: int = MAX_ENTRIES, health: LogHealth | None = None,
     ) -> None:  # fmt: skip
+        self._health = health
         self._reads = read_connections(engine)
         self._version_read = CompiledRead(_VERSION, engine.dialect)
         self._hot = CompiledRead(_VERSION_TOKEN_TARGET, engine.dialect)
@@ -204,6 +223,8 @@ class Gatekeeper(Generic[T]):
         """
         presented = presented_hash(token)
         key = (str(Digest.parse(kernel)), target)
+        # Before any read: a size the log signed. A version below it is a rolled-back database.
+        floor = self._health.floor() if self._health else 0
         entry = self._entries.get(key)
         known = self._tokens.get(presented)
         if entry is not None and known is not None:
@@ -212,9 +233,19 @@ class Gatekeeper(Generic[T]):
             version = await (self._shared.get() if self._shared else self._version())
             if entry[0] == version and known[0] == version:
                 self._authorize(presented, known[1])
+                refused = self._refused(version, floor)
+                if refused is not None:
+                    return refused
                 self.hits += 1
                 return Answer(entry[1], cached=True)
-        return await self._compute(presented, key)
+        return await self._compute(presented, key, floor)
+
+    def _refused(self, version: int, floor: int) -> Answer[T] | None:
+        """A deny when the log is unhealthy: the gate fails closed (never cached)."""
+        reason = self._health.refusal(version, floor) if self._health else None
+        if reason is None:
+            return None
+        return Answer(self._render(Decision(False, None, (reason,))), cached=False)
 
     async def _version(self) -> int:
         async with self._reads.session() as reader:
@@ -226,7 +257,7 @@ class Gatekeeper(Generic[T]):
     def _authorize(self, presented: str, record: TokenRecord | None) -> None:
         principal_of(presented, self._admin_hash, record, now=utcnow()).require(Scope.GATE_READ)
 
-    async def _compute(self, presented: str, key: tuple[str, str]) -> Answer[T]:
+    async def _compute(self, presented: str, key: tuple[str, str], floor: int) -> Answer[T]:
         """The version, the token's row and the target in one read; the decision if needed."""
         kernel, target = key
         params = {"token_hash": presented, "target": target, "kernel": kernel}
@@ -245,6 +276,9 @@ class Gatekeeper(Generic[T]):
             self._authorize(presented, record)
             if record is not None:  # unknown tokens are not kept: guessing fills no cache
                 self._remember(self._tokens, presented, (version, record))
+            refused = self._refused(version, floor)
+            if refused is not None:
+                return refused
             entry = self._entries.get(key)
             if entry is not None and entry[0] == version:
                 self.hits += 1

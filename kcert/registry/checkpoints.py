@@ -1,0 +1,329 @@
+"""The log guards itself: it signs only trees that extend the last checkpoint it signed.
+
+The database is not trusted to remember what the log promised. The last
+checkpoint the registry signed lives beside its log key, outside the database,
+in ``$KCERT_HOME/log-checkpoint`` (the C2SP signed note, with any witness
+cosignatures after the log's signature; written atomically). Before signing,
+the registry reads the tree from the database and proves it consistent with
+that checkpoint (RFC 9162). A database restored from an older copy (fewer
+entries: a *rollback*), or one whose tree differs at the same size or cannot
+be proved to extend it (a *fork*), is refused: nothing is signed, and the
+registry reports :class:`LogInconsistent` (problem type ``log-inconsistent``,
+HTTP 503) from the checkpoint route and ``/v1/log/health``, denies every gate
+answer and refuses writes until the database holds a tree that extends the
+checkpoint again.
+
+Signing runs under an exclusive ``flock`` on ``log-checkpoint.lock`` and reads
+the database only after taking it, so workers sign one after another and each
+sees every tree signed before it. Each new checkpoint goes to the configured
+witnesses (C2SP tlog-witness); their cosignatures are kept in the file and
+served with the checkpoint. A witness that has cosigned a tree this one does
+not extend is evidence of a rollback too, and is treated the same.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from kcert.errors import KcertError
+from kcert.log.cosignature import CosignerKey, add_signature_lines
+from kcert.log.errors import LogError, NoteError, ProofError, SignatureError
+from kcert.log.note import Checkpoint, Signer, open_checkpoint
+from kcert.log.proofs import verify_consistency
+from kcert.log.witness_client import (
+    WitnessEndpoint,
+    WitnessSawOtherTree,
+    WitnessSubmitError,
+    submit,
+)
+from kcert.registry import audit
+from kcert.registry.config import WitnessConfig
+from kcert.registry.db import read_session
+
+#: The last signed checkpoint, beside the log key in ``KCERT_HOME``.
+CHECKPOINT_FILE = "log-checkpoint"
+#: Seconds before a witness that failed is asked again.
+WITNESS_RETRY_S = 30.0
+
+log = logging.getLogger("kcert.log")
+
+
+class LogInconsistent(LogError):
+    """The database's tree does not extend the last checkpoint this log signed (HTTP 503)."""
+
+    kind = "log-inconsistent"
+
+
+def witness_endpoints(configs: Sequence[WitnessConfig]) -> list[WitnessEndpoint]:
+    """Parse the configured witnesses (a bad verifier key is a configuration error)."""
+    endpoints = []
+    for config in configs:
+        try:
+            endpoints.append(WitnessEndpoint(config.url, CosignerKey.from_vkey(config.vkey)))
+        except NoteError as exc:
+            raise LogError(f"KCERT_WITNESSES: witness at {config.url}: {exc}") from exc
+    return endpoints
+
+
+class CheckpointGuard:
+    """Signs the log's checkpoints for one ``KCERT_HOME``; see the module docstring."""
+
+    def __init__(
+        self, home: Path, signer: Signer, *, witnesses: Sequence[WitnessEndpoint] = (),
+        client: httpx.Client | None = None, witness_timeout: float = 5.0,
+    ) -> None:  # fmt: skip
+        self.path = home / CHECKPOINT_FILE
+        self.signer = signer
+        self.witnesses = tuple(witnesses)
+        self._client = client
+        self._timeout = witness_timeout
+        self._mutex = threading.Lock()
+        self._retry_at: dict[str, float] = {}
+        #: Why the log is unhealthy, as last found by this process; ``None`` when it is not.
+        self.alarm: LogInconsistent | None = None
+        #: The largest tree size this process knows was signed (never above the truth).
+        self.signed_size = 0
+
+    # --- the checks --------------------------------------------------------------------------
+
+    def last(self) -> tuple[Checkpoint, str] | None:
+        """The last signed checkpoint and its note, verified with the log's own key."""
+        try:
+            note = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LogInconsistent(f"cannot read the checkpoint file {self.path}: {exc}") from exc
+        try:
+            checkpoint = open_checkpoint(note, self.signer.verifier)
+        except (NoteError, SignatureError) as exc:
+            raise LogInconsistent(
+                f"the checkpoint file {self.path} is not a checkpoint signed by this log's key "
+                f"({exc}); it was altered, or the log key was replaced"
+            ) from exc
+        self.signed_size = max(self.signed_size, checkpoint.size)
+        return checkpoint, note
+
+    def _current(self, session: Session, last: Checkpoint | None) -> Checkpoint:
+        """The database's tree, proved to extend ``last``; :class:`LogInconsistent` if not."""
+        session.rollback()  # a snapshot taken now, after the lock, not before it
+        current = audit.checkpoint(session, self.signer)
+        if last is None:
+            return current
+        if current.size < last.size:
+            raise LogInconsistent(
+                f"rollback: the database holds {current.size} log entries, but this log "
+                f"signed a checkpoint of {last.size} ({self.path}); the database was restored "
+                "from an older copy or entries were deleted. Refusing to sign."
+            )
+        if current.size == last.size:
+            if current.root != last.root:
+                raise LogInconsistent(
+                    f"fork: the database's tree of {current.size} entries has another root than "
+                    f"the checkpoint this log signed at that size ({self.path}). Refusing to sign."
+                )
+            return current
+        if last.size > 0:
+            try:
+                proof = audit.consistency_proof(session, last.size, current.size)
+                verify_consistency(last.size, current.size, last.root, current.root, proof)
+            except (ProofError, LogError) as exc:
+                raise LogInconsistent(
+                    f"fork: the database's tree of {current.size} entries does not extend the "
+                    f"checkpoint of {last.size} this log signed ({self.path}): {exc}. "
+                    "Refusing to sign."
+                ) from exc
+        return current
+
+    def _raise(self, exc: LogInconsistent) -> LogInconsistent:
+        if self.alarm is None or str(self.alarm) != str(exc):
+            log.error("the audit log is unhealthy: %s", exc)
+        self.alarm = exc
+        return exc
+
+    def check(self, session: Session) -> Checkpoint:
+        """Prove the database's tree extends the last signed checkpoint, signing nothing."""
+        with self._locked():
+            try:
+                last = self.last()
+                current = self._current(session, last[0] if last else None)
+            except LogInconsistent as exc:
+                raise self._raise(exc) from None
+        self.alarm = None
+        return current
+
+    def startup(self, engine: Engine) -> None:
+        """Check once when a server starts; an inconsistency is reported, not raised."""
+        try:
+            with read_session(engine) as session:
+                self.check(session)
+        except LogInconsistent:
+            pass  # alarm set and logged: the server starts, unhealthy, and says so
+        except (KcertError, SQLAlchemyError) as exc:
+            # A database that cannot be read now is the routes' 503 to report, not a
+            # reason to refuse to start; the check runs again at every signing.
+            log.warning("could not check the audit log at start: %s", type(exc).__name__)
+
+    # --- signing -----------------------------------------------------------------------------
+
+    def sign(self, session: Session) -> str:
+        """The checkpoint of the database's tree, signed (with cosignatures) or refused."""
+        with self._locked():
+            try:
+                last = self.last()
+                current = self._current(session, last[0] if last else None)
+                if last is not None and last[0].size == current.size:
+                    note = last[1]
+                    fresh = False
+                else:
+                    note = current.sign(self.signer)
+                    fresh = True
+                note, gained = self._cosign(session, note, current, last[0] if last else None)
+            except LogInconsistent as exc:
+                raise self._raise(exc) from None
+            if fresh or gained:
+                self._write(note)
+            self.signed_size = max(self.signed_size, current.size)
+        self.alarm = None
+        return note
+
+    def _cosign(
+        self, session: Session, note: str, current: Checkpoint, last: Checkpoint | None
+    ) -> tuple[str, bool]:
+        """Ask each witness whose cosignature ``note`` lacks; the note with what they gave."""
+        due = [
+            endpoint for endpoint in self.witnesses
+            if not endpoint.key.cosignatures(note)
+            and time.monotonic() >= self._retry_at.get(endpoint.url, 0.0)
+        ]  # fmt: skip
+        if not due:
+            return note, False
+        if self._client is not None:
+            return self._ask(session, note, current, last, due, self._client)
+        # A client per signing, not per process: signing is rare, and nothing is left open.
+        with httpx.Client(timeout=self._timeout) as client:
+            return self._ask(session, note, current, last, due, client)
+
+    def _ask(
+        self, session: Session, note: str, current: Checkpoint, last: Checkpoint | None,
+        due: Sequence[WitnessEndpoint], client: httpx.Client,
+    ) -> tuple[str, bool]:  # fmt: skip
+        gained = False
+        for endpoint in due:
+            try:
+                lines = submit(
+                    endpoint, note, current, old_size=last.size if last else 0,
+                    proof=lambda first, second: audit.consistency_proof(session, first, second),
+                    client=client,
+                )  # fmt: skip
+            except WitnessSawOtherTree as exc:
+                raise LogInconsistent(f"{exc}. Refusing to sign.") from exc
+            except WitnessSubmitError as exc:
+                log.error("no cosignature for the checkpoint of size %d: %s", current.size, exc)
+                self._retry_at[endpoint.url] = time.monotonic() + WITNESS_RETRY_S
+                continue
+            self._retry_at.pop(endpoint.url, None)
+            note = add_signature_lines(note, lines)
+            gained = True
+        return note, gained
+
+    # --- files -------------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._mutex:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path.with_name(CHECKPOINT_FILE + ".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                yield
+
+    def _write(self, note: str) -> None:
+        tmp = self.path.with_name(CHECKPOINT_FILE + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(note)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)  # a crash leaves the old checkpoint, never half a new one
+
+    # --- what the gate asks, per request (no I/O) ----------------------------------------------
+
+    def floor(self) -> int:
+        """A size this log has signed; read it *before* reading the database's size."""
+        return self.signed_size
+
+    def refusal(self, version: int, floor: int) -> str | None:
+        """Why no gate may allow at log size ``version`` (read after ``floor``), or ``None``."""
+        if version < floor:
+            self._raise(
+                LogInconsistent(
+                    f"rollback: the database holds {version} log entries, but this log signed "
+                    f"a checkpoint of {floor}; the database was restored from an older copy "
+                    "or entries were deleted"
+                )
+            )
+        if self.alarm is not None:
+            return f"the registry's audit log is unhealthy (log-inconsistent): {self.alarm}"
+        return None
+
+    def close(self) -> None:
+        """Nothing is held open between signings; kept for the app's shutdown hook."""
+
+
+class CheckpointPublisher:
+    """Signs each new tree within ``interval`` seconds, so every change is checkpointed.
+
+    A server runs one per process: every ``interval`` it signs through the guard,
+    which reads the tree's root, proves it consistent with the checkpoint file,
+    and only when the tree grew writes a new checkpoint and submits it to the
+    witnesses (a few indexed reads and a file read when nothing changed).
+    So a revocation is in a signed checkpoint (and a witness's record) within
+    seconds, whether or not anyone asks for one, and a rollback or fork is found
+    and fails the gate closed in every process, not only the one asked to sign.
+    """
+
+    def __init__(self, guard: CheckpointGuard, engine: Engine, interval: float) -> None:
+        self.guard = guard
+        self._engine = engine
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._interval <= 0 or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="kcert-checkpoints", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.publish()
+
+    def publish(self) -> None:
+        """One round: check the tree (its root, not only its size) and sign it; never raises."""
+        try:
+            with read_session(self._engine) as session:
+                # Every round, even at an unchanged size: a fork can keep the size.
+                self.guard.sign(session)
+        except LogInconsistent:
+            pass  # the guard raised the alarm and logged it
+        except (KcertError, SQLAlchemyError) as exc:
+            log.warning("could not publish a checkpoint: %s", type(exc).__name__)
