@@ -23,6 +23,7 @@ import kcert
 from kcert.certify import jail, spares
 from kcert.certify.anchors import anchor
 from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
+from kcert.certify.conditions import SCHEME, draw_conditions
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.minimize import Budget, minimize
@@ -47,6 +48,7 @@ from kcert.certify.report import (
     Status,
     TimingReport,
 )  # fmt: skip
+from kcert.certify.sizes import shape_scope
 from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import Allowance, allowances
 
@@ -120,6 +122,8 @@ class _Certifier:
         self.reference = Reference(kernel)
         probe_set = fixed_probes(kernel, max_probes=options.max_probes)
         fresh_seed = options.fresh_seed if options.fresh_seed is not None else draw_seed()
+        # every probe's buffer contents and addresses are drawn from it too (conditions.py)
+        self.fresh_seed = fresh_seed
         fresh = fresh_probes(kernel, fresh_seed)
         checks: list[CheckResult] = list(build_checks)
         records: list[ProbeRecord] = []
@@ -162,6 +166,7 @@ class _Certifier:
             certifier_version=kcert.__version__,
             issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             confinement=self.confinement.to_json(),
+            shape_scope=shape_scope(kernel, [r.dims for r in records]), conditions=SCHEME,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ build
@@ -235,11 +240,12 @@ class _Certifier:
         kernel, launch = self.kernel, probe.launch
         inputs = make_inputs(kernel, probe)
         rounded, bounds = self._expected(probe, inputs)
-        job_a = make_job(kernel, launch, inputs, "A")
+        runs = draw_conditions(self.fresh_seed, probe.id)
+        job_a = make_job(kernel, launch, inputs, "A", runs=runs, stale=rounded)
         run_a = self.sandbox.run(job_a)
         if not run_a.ok:
             return _ProbeOutcome(probe, launch=run_a)
-        job_b = make_job(kernel, launch, inputs, "B")
+        job_b = make_job(kernel, launch, inputs, "B", runs=runs, stale=rounded)
         run_b = self.sandbox.run(job_b)
         if not run_b.ok:
             return _ProbeOutcome(probe, launch=run_b)
@@ -251,6 +257,7 @@ class _Certifier:
             reference={k: str(anchor(v)) for k, v in rounded.items()},
             outputs={k: str(anchor(v)) for k, v in result.outputs.items()},
             metrics=result.metrics,
+            conditions={run: c.to_json() for run, c in runs.items()},
         )  # fmt: skip
         return _ProbeOutcome(probe, record, result.findings)
 
@@ -320,7 +327,8 @@ class _Certifier:
         if path is None:
             return sanitizer.skipped(reason or "compute-sanitizer cannot run here")
         chosen = [probes[i] for i in sanitizer.pick_probes([p.elements for p in probes])]
-        jobs = [make_job(self.kernel, p.launch, make_inputs(self.kernel, p), "A") for p in chosen]
+        jobs = [make_job(self.kernel, p.launch, make_inputs(self.kernel, p), "A",
+                         runs=draw_conditions(self.fresh_seed, p.id)) for p in chosen]  # fmt: skip
         deadline_s = self.options.deadline_s * sanitizer.SLOWDOWN
 
         def run_probes(wrapper: tuple[str, ...], share: Path) -> list[str]:
@@ -358,7 +366,8 @@ class _Certifier:
         largest = max(ran, key=lambda o: o.probe.elements).probe
         self.say(f"timing on {largest.id}")
         inputs = make_inputs(self.kernel, largest)
-        job = make_job(self.kernel, largest.launch, inputs, "A")
+        job = make_job(self.kernel, largest.launch, inputs, "A",
+                       runs=draw_conditions(self.fresh_seed, largest.id))  # fmt: skip
         try:
             kernel_time = self.sandbox.time(job, "kernel",
                                             check=self._timed_output_check(largest, inputs, job))
