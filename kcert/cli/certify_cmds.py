@@ -112,6 +112,7 @@ def _summary(report: CertificationReport, certificate: str | None,
         "checks": [{"name": c.name, "status": str(c.status), "probe": c.probe,
                     "message": c.message, "required": c.required} for c in report.checks],
         "minimized": {name: dict(dims) for name, dims in report.minimized.items()},
+        "shape_scope": {k: dict(v) for k, v in (report.shape_scope or {}).items()},
         "certificate": certificate,
         "certificate_id": certificate_id,
     }  # fmt: skip
@@ -133,6 +134,11 @@ def _show(report: CertificationReport, certificate: str | None, certificate_id: 
     for name, dims in report.minimized.items():
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
         out_console.print(f"smallest failing shape for {name}: {shape}", markup=False)
+    for name, scope in (report.shape_scope or {}).items():
+        if scope["min"] is not None:
+            out_console.print(f"sizes probed for {name}: {scope['min']} to {scope['max']} "
+                              f"({len(scope['listed'])} listed, {len(scope['drawn'])} drawn)",
+                              markup=False)  # fmt: skip
     verdict = report.verdict
     style = "green" if verdict is Verdict.PASS else "bold red"
     out_console.print(f"verdict: [{style}]{verdict}[/]")
