@@ -102,9 +102,23 @@ def default_conditions(run: str) -> RunConditions:
 GUARD_STATES = ("small", "nonfinite", "plausible")
 #: The ordered pairs of distinct states (run A, run B): each guard element draws one.
 _STATE_PAIRS = tuple((a, b) for a in GUARD_STATES for b in GUARD_STATES if a != b)
+#: Per run, each pair's state as an index into GUARD_STATES.
+_STATE_OF_RUN = tuple(np.array([GUARD_STATES.index(p[run]) for p in _STATE_PAIRS])
+                      for run in (0, 1))  # fmt: skip
+
+
+#: Guard contents repeat with this period (elements): drawing millions of elements per
+#: buffer and run would cost more than the kernel's run in the interpreter.
+GUARD_PERIOD = 1 << 12
 
 
 def guard_fill(dtype: str, count: int, cond: RunConditions, name: str) -> np.ndarray[Any, Any]:
+    """``count`` guard elements of buffer ``name`` in the run ``cond``, ``GUARD_PERIOD`` apart."""
+    cycle = _guard_cycle(dtype, min(count, GUARD_PERIOD), cond, name)
+    return cycle if cycle.size == count else np.resize(cycle, count)
+
+
+def _guard_cycle(dtype: str, count: int, cond: RunConditions, name: str) -> np.ndarray[Any, Any]:
     """``count`` guard elements of buffer ``name`` in the run ``cond``.
 
     Float guards: each element draws a pair of distinct states for runs A and B
@@ -126,37 +140,41 @@ def guard_fill(dtype: str, count: int, cond: RunConditions, name: str) -> np.nda
         return own.integers(lo, lo + 200, count).astype(np_dtype)
     shared = _Stream([cond.pair_seed, _name_word(name), 0x7061697273])
     pair = shared.integers(0, len(_STATE_PAIRS) - 1, count)
-    column = 0 if cond.run == "A" else 1
-    state = np.array([GUARD_STATES.index(p[column]) for p in _STATE_PAIRS])[pair]
-    values = np.where(state == 0, _small(own, dtype, count),
-                      _plausible(own, count))  # fmt: skip
+    state = _STATE_OF_RUN[0 if cond.run == "A" else 1][pair]
+    # one draw of 64 bits per element makes any state's value (no transcendental functions:
+    # guards run to millions of elements per buffer)
+    raw = own.raw(count)
+    low = _SMALL_GUARD_LOW[dtype]
+    # binades low to -14: even rounded up to the next binade, a value stays below 2**-12
+    small = ((raw >> np.uint64(32)) % np.uint64(SMALL_GUARD_EXP - 1 - low)).astype(np.int64) + low
+    exponent = np.where(state == 0, small, _plausible_exponent(raw))
     with np.errstate(all="ignore"):
-        result: np.ndarray[Any, Any] = values.astype(np_dtype)
+        result: np.ndarray[Any, Any] = _signed_values(raw, exponent).astype(np_dtype)
     nonfinite = state == 1
-    result[nonfinite] = _nonfinite(own, dtype, int(nonfinite.sum()))
+    result[nonfinite] = _nonfinite(raw[nonfinite], dtype)
     return result
 
 
-def _small(stream: _Stream, dtype: str, count: int) -> np.ndarray[Any, Any]:
-    """Values of drawn sign, mantissa and binade, all below 2**SMALL_GUARD_EXP in magnitude."""
-    sign = np.where(stream.uniform(count) < 0.5, -1.0, 1.0)
-    mantissa = 1.0 + stream.uniform(count)
-    exponent = stream.integers(_SMALL_GUARD_LOW[dtype], SMALL_GUARD_EXP - 1, count)
+def _signed_values(raw: np.ndarray[Any, Any],
+                   exponent: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
+    """``±(1 + m) * 2**exponent``: the sign from the top bit of ``raw``, ``m`` from its low 32."""
+    sign = np.where((raw >> np.uint64(63)) != 0, -1.0, 1.0)
+    mantissa = 1.0 + (raw & np.uint64(0xFFFFFFFF)).astype(np.float64) * 2.0**-32
     values: np.ndarray[Any, Any] = sign * np.ldexp(mantissa, exponent)
     return values
 
 
-def _plausible(stream: _Stream, count: int) -> np.ndarray[Any, Any]:
-    """Normal values across a few binades: what a neighbouring tensor might hold."""
-    values: np.ndarray[Any, Any] = stream.normal(count) * np.exp2(stream.integers(-2, 4, count))
-    return values
+def _plausible_exponent(raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Binades -3 to 3: magnitudes from 1/8 to 16, what a neighbouring tensor might hold."""
+    exponent: np.ndarray[Any, Any] = ((raw >> np.uint64(40)) % np.uint64(7)).astype(np.int64) - 3
+    return exponent
 
 
-def _nonfinite(stream: _Stream, dtype: str, count: int) -> np.ndarray[Any, Any]:
-    """NaNs of drawn payloads, and infinities of either sign (a third of them)."""
-    values = _markers(stream, dtype, count)
-    inf = stream.uniform(count) < 1 / 3
-    sign = np.where(stream.uniform(count) < 0.5, -np.inf, np.inf)
+def _nonfinite(raw: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+    """NaNs with payloads from ``raw``, and infinities of either sign (a third of them)."""
+    values = _nan_from_raw(raw, dtype)
+    inf = (raw >> np.uint64(8)) % np.uint64(3) == 0
+    sign = np.where((raw >> np.uint64(63)) != 0, -np.inf, np.inf)
     values[inf] = sign[inf].astype(values.dtype)
     return values
 
@@ -205,8 +223,10 @@ def _stale_fallback(dtype: str, count: int, stream: _Stream) -> np.ndarray[Any, 
     if dtype == "bool":
         return (stream.uniform(count) < 0.5).astype(np_dtype)
     if dtype in FLOAT_DTYPES:
+        raw = stream.raw(count)
         with np.errstate(all="ignore"):
-            result: np.ndarray[Any, Any] = _plausible(stream, count).astype(np_dtype)
+            values = _signed_values(raw, _plausible_exponent(raw))
+            result: np.ndarray[Any, Any] = values.astype(np_dtype)
         return result
     info = np.iinfo(np_dtype)
     lo = -100 if info.min < 0 else 0
@@ -220,11 +240,16 @@ def _markers(stream: _Stream, dtype: str, count: int) -> np.ndarray[Any, Any]:
         return _bytes_above_one(stream, count).view(np_dtype)
     if dtype not in FLOAT_DTYPES:
         return _random_bits(stream, np_dtype, count)
+    return _nan_from_raw(stream.raw(count), dtype)
+
+
+def _nan_from_raw(raw: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+    """Quiet NaNs whose sign and payload come from ``raw``."""
+    np_dtype = host_dtype(dtype)
     size = np_dtype.itemsize
     width = 8 * size
     fraction = width - 1 - _EXP_BITS[size] if dtype != "bf16" else 7
     exponent_bits = width - 1 - fraction
-    raw = stream.raw(count)
     sign = (raw >> np.uint64(63)) << np.uint64(width - 1)
     payload = raw & np.uint64((1 << (fraction - 1)) - 1)
     quiet = np.uint64(1 << (fraction - 1))
