@@ -484,7 +484,7 @@ _PASS_TEXT = {
     "coverage": "every output element written",
     "bounds": "no write outside any buffer",
     "input-integrity": "inputs unchanged",
-    "determinism": "identical output bytes across poisons and addresses",
+    "determinism": "identical output bytes across fills, guards and addresses",
     "special-values": "no NaN or Inf where the reference has none",
 }
 
