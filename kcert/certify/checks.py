@@ -1,23 +1,30 @@
-"""The host-side checks: what two launches on poisoned, guarded buffers reveal.
+"""The host-side checks: what two launches on filled, guarded buffers reveal.
 
 Every buffer is laid out as ``[guard | data | guard]`` (see
-:mod:`kcert.certify.execution`). Each probe is launched twice:
+:mod:`kcert.certify.execution`). Each probe is launched twice, under
+conditions drawn per probe from the certification's fresh seed
+(:mod:`kcert.certify.conditions`):
 
-* run A: guards and ``out`` data filled with poison A (a quiet NaN with a
-  payload for floats, ``0x5A`` bytes otherwise), buffers at their base address;
-* run B: poison B (a large finite value, ``0xA5`` bytes) and the buffers
-  shifted by :data:`ADDRESS_SHIFT` bytes.
+* run A, the marker run: ``out`` data filled with NaNs of drawn payloads,
+  guards with small values of drawn binades, buffers at a drawn offset that is
+  not a multiple of 256 bytes;
+* run B, the prefilled run: ``out`` data filled with plausible stale values
+  (the reference answer in the wrong places), guards with plausible values,
+  buffers at a drawn multiple of 256 bytes.
 
 From those, per probe:
 
-* ``coverage``: an ``out`` element that holds poison A after run A *and*
-  poison B after run B was never written (a kernel that happens to compute
-  one poison value cannot compute the other in the same place);
-* ``bounds``: any guard byte that is not its run's poison was written; the
-  farthest such element says how far the overrun went;
+* ``coverage``: an ``out`` element that holds run A's fill after run A *and*
+  run B's fill after run B was never written (the two fills differ in every
+  element, so no value a kernel computes looks unwritten in both); an element
+  that keeps run B's stale value where run A's output differs kept what it
+  found instead of computing it;
+* ``bounds``: any guard element whose bytes are not what its run put there was
+  written; the farthest such element says how far the overrun went;
 * ``input-integrity``: ``in`` data regions must come back byte for byte;
 * ``determinism``: the written output bytes of runs A and B must be equal,
-  so races, reads of uninitialised memory and reads of the guards show up;
+  so races, reads of uninitialised memory, of the guards or of the alignment
+  show up;
 * ``special-values``: NaN or Inf in run A's output where the reference,
   rounded to the output dtype, has none (an Inf where the exact answer is
   within tolerance of the dtype's overflow threshold is a correct rounding),
@@ -26,8 +33,8 @@ From those, per probe:
 * ``correctness``: run A's output against the reference, element by element,
   with the bounds of :mod:`kcert.certify.tolerance`.
 
-Unwritten elements are coverage's finding alone: they are left out of the
-other output checks, so that each failure names its own cause.
+Unwritten and stale elements are coverage's finding alone: they are left out
+of the other output checks, so that each failure names its own cause.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from kcert.certify.conditions import RunConditions, draw_conditions, guard_fill, out_fills
 from kcert.certify.execution import PaddedBuffer, RunJob
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.report import ErrorMetrics
@@ -50,11 +58,6 @@ from kcert.certify.tolerance import Allowance, float_info
 MIN_GUARD = 16384
 GUARD_ROWS = 256
 MAX_GUARD = 1 << 22
-#: Run B's buffers start this many bytes later than run A's.
-ADDRESS_SHIFT = 4096 + 256
-
-_NAN_BITS = {"f16": 0x7E5A, "bf16": 0x7FDA, "f32": 0x7FDA5A5A, "f64": 0x7FFDA5A5A5A5A5A5}
-_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,19 +69,6 @@ class Finding:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
-def poison(dtype: str, variant: str) -> np.ndarray[Any, Any]:
-    """One element of poison ``variant`` ("A" or "B") as a 0-d array of the host dtype."""
-    np_dtype = host_dtype(dtype)
-    if dtype in FLOAT_DTYPES:
-        if variant == "A":
-            bits = np.array(_NAN_BITS[dtype], dtype=_UINT[np_dtype.itemsize])
-            return bits.view(np_dtype).reshape(())
-        large = -float(float_info(dtype).max) / 3
-        return np.array(large, dtype=np.float64).astype(np_dtype)
-    byte = 0x5A if variant == "A" else 0xA5
-    return np.full(np_dtype.itemsize, byte, dtype=np.uint8).view(np_dtype).reshape(())
-
-
 def guard_elements(shape: tuple[int, ...]) -> int:
     """Guard width in elements, a multiple of 256 so every data region stays aligned."""
     inner = math.prod(shape[1:]) if len(shape) > 1 else 1
@@ -87,25 +77,39 @@ def guard_elements(shape: tuple[int, ...]) -> int:
 
 
 def padded_buffer(buf: BufferArg, shape: tuple[int, ...], data: np.ndarray[Any, Any] | None,
-                  variant: str) -> PaddedBuffer:  # fmt: skip
-    """``[poison | data (or poison) | poison]`` for one buffer."""
+                  cond: RunConditions) -> PaddedBuffer:  # fmt: skip
+    """``[guard | data | guard]`` for one buffer: ``data`` is the input or the ``out`` fill."""
     guard = guard_elements(shape)
     size = math.prod(shape)
     padded = np.empty(guard + size + guard, dtype=host_dtype(buf.dtype))
-    padded.view(np.uint8).reshape(padded.size, -1)[:] = _bytes(poison(buf.dtype, variant))
+    padded[:guard] = guard_fill(buf.dtype, guard, cond, buf.name + "\0before")
+    padded[guard + size :] = guard_fill(buf.dtype, guard, cond, buf.name + "\0after")
     if data is not None:
         padded[guard : guard + size] = np.asarray(data, dtype=padded.dtype).reshape(-1)
     return PaddedBuffer(buf.name, buf.dtype, tuple(shape), guard, padded)
 
 
 def make_job(kernel: KernelSpec, launch: Launch, inputs: Mapping[str, np.ndarray[Any, Any]],
-             variant: str) -> RunJob:  # fmt: skip
-    """The job of run A or run B for one probe."""
-    buffers = tuple(
-        padded_buffer(b, launch.shapes[b.name], inputs.get(b.name), variant) for b in kernel.buffers
-    )
-    return RunJob(launch, buffers, address_shift=ADDRESS_SHIFT if variant == "B" else 0)
+             variant: str, *, runs: Mapping[str, RunConditions] | None = None,
+             stale: Mapping[str, np.ndarray[Any, Any]] | None = None) -> RunJob:  # fmt: skip
+    """The job of run ``variant`` ("A" or "B") of one probe under ``runs`` (both runs' conditions).
 
+    ``stale`` holds the probe's reference answers, which run B's ``out`` buffers get in
+    the wrong places; ``runs`` defaults to the conditions of seed 0 (tests and tools).
+    """
+    runs = runs if runs is not None else draw_conditions(0, "")
+    cond = runs[variant]
+    contents: dict[str, np.ndarray[Any, Any] | None] = {}
+    for b in kernel.buffers:
+        if b.intent is Intent.OUT:
+            fills = out_fills(b.dtype, launch.shapes[b.name], runs, b.name,
+                              None if stale is None else stale.get(b.name))  # fmt: skip
+            contents[b.name] = fills[variant]
+        else:
+            contents[b.name] = inputs.get(b.name)
+    buffers = tuple(padded_buffer(b, launch.shapes[b.name], contents[b.name], cond)
+                    for b in kernel.buffers)  # fmt: skip
+    return RunJob(launch, buffers, address_shift=cond.shift)
 
 # ---------------------------------------------------------------------------- evaluation
 
@@ -149,7 +153,7 @@ def evaluate(ev: ProbeEvidence) -> ProbeResult:
         pa, pb = by_name_a[buf.name], by_name_b[buf.name]
         got_a, got_b = ev.out_a[buf.name], ev.out_b[buf.name]
         for run, job_buf, got in (("A", pa, got_a), ("B", pb, got_b)):
-            overrun = _guard_damage(job_buf, got, run)
+            overrun = _guard_damage(job_buf, got)
             if overrun:
                 bounds.append(f"'{buf.name}' {overrun['text']} (run {run})")
                 details["bounds"].setdefault(buf.name, overrun)
@@ -165,17 +169,28 @@ def evaluate(ev: ProbeEvidence) -> ProbeResult:
                                                                      "first_index": list(index)})
             continue
         unwritten = np.zeros(data_a.shape, dtype=bool)
+        stale = np.zeros(data_a.shape, dtype=bool)
         if buf.intent is Intent.OUT:
-            unwritten = _equals(data_a, poison(buf.dtype, "A")) & _equals(
-                data_b, poison(buf.dtype, "B"))
+            fill_a, fill_b = pa.data(), pb.data()
+            unwritten = _same_bytes(data_a, fill_a) & _same_bytes(data_b, fill_b)
             if unwritten.any():
                 count = int(unwritten.sum())
                 index = _first(unwritten)
                 coverage.append(f"'{buf.name}' has {count} of {unwritten.size} element(s) never "
                                 f"written, first at {index}")  # fmt: skip
                 details["coverage"][buf.name] = {"unwritten": count, "first_index": list(index)}
+            # run B's buffer held plausible stale values: keeping one is not computing it
+            stale = ~unwritten & _same_bytes(data_b, fill_b) & ~_same_bytes(data_a, data_b)
+            if stale.any():
+                count, index = int(stale.sum()), _first(stale)
+                coverage.append(f"'{buf.name}' kept {count} of {stale.size} stale element(s) "
+                                f"that its buffer held before the launch, first at {index} "
+                                "(run B prefilled it with plausible values, as a reused "
+                                "allocation holds an earlier call's output)")  # fmt: skip
+                details["coverage"].setdefault(buf.name, {}).update(
+                    {"kept_stale": count, "first_stale_index": list(index)})
         written = ~unwritten
-        differ = written & ~_same_bytes(data_a, data_b)
+        differ = written & ~stale & ~_same_bytes(data_a, data_b)
         if differ.any():
             count, index = int(differ.sum()), _first(differ)
             determinism.append(f"'{buf.name}' differs between two launches in {count} element(s), "
@@ -221,13 +236,12 @@ def evaluate(ev: ProbeEvidence) -> ProbeResult:
 
 def timed_output_error(kernel: KernelSpec, job: RunJob, got: Mapping[str, np.ndarray[Any, Any]],
                        reference: Mapping[str, np.ndarray[Any, Any]],
-                       allowances: Mapping[str, Allowance], *, variant: str = "A",
-                       ) -> str | None:  # fmt: skip
-    """What is wrong with the output of the last timed run of ``job`` (made for run ``variant``).
+                       allowances: Mapping[str, Allowance]) -> str | None:  # fmt: skip
+    """What is wrong with the output of the last timed run of ``job``.
 
-    Before every timed run the ``out`` buffers hold the job's poison again and the
+    Before every timed run the ``out`` buffers hold the job's fill again and the
     ``inout`` buffers their pristine contents, so a launch that skips its work
-    leaves poison (or stale input) behind, never an earlier run's right answer.
+    leaves the fill (or stale input) behind, never an earlier run's right answer.
     """
     by_name = {b.name: b for b in job.buffers}
     problems: list[str] = []
@@ -236,9 +250,9 @@ def timed_output_error(kernel: KernelSpec, job: RunJob, got: Mapping[str, np.nda
         ref = reference[buf.name]
         unwritten = np.zeros(data.shape, dtype=bool)
         if buf.intent is Intent.OUT:
-            mark = poison(buf.dtype, variant)
-            # where the right answer happens to be the poison, an unwritten element is right
-            unwritten = _equals(data, mark) & ~_equals(np.asarray(ref, data.dtype), mark)
+            fill = by_name[buf.name].data()
+            # where the right answer happens to be the fill, an unwritten element is right
+            unwritten = _same_bytes(data, fill) & ~_same_bytes(np.asarray(ref, data.dtype), fill)
             if unwritten.any():
                 problems.append(f"'{buf.name}' has {int(unwritten.sum())} of {unwritten.size} "
                                 f"element(s) never written, first at {_first(unwritten)}")
@@ -333,20 +347,10 @@ def _data(buf: PaddedBuffer, padded: np.ndarray[Any, Any]) -> np.ndarray[Any, An
     return padded[buf.guard : buf.guard + buf.size].reshape(buf.shape)
 
 
-def _bytes(value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.ascontiguousarray(value).reshape(1).view(np.uint8)
-
-
 def _rows(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """Each element's bytes as one row of a uint8 matrix."""
     flat = np.ascontiguousarray(array).reshape(-1)
     return flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
-
-
-def _equals(array: np.ndarray[Any, Any], value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Element-wise: do the bytes equal ``value``'s bytes?"""
-    same: np.ndarray[Any, Any] = np.all(_rows(array) == _bytes(value), axis=1)
-    return same.reshape(array.shape)
 
 
 def _same_bytes(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -367,11 +371,11 @@ def _first(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, mask.shape))
 
 
-def _guard_damage(buf: PaddedBuffer, got: np.ndarray[Any, Any], run: str) -> dict[str, Any] | None:
+def _guard_damage(buf: PaddedBuffer, got: np.ndarray[Any, Any]) -> dict[str, Any] | None:
     """Where a guard band was written: element counts and the farthest distance on each side."""
-    expect = poison(buf.dtype, run)
-    before = ~_equals(got[: buf.guard], expect)
-    after = ~_equals(got[buf.guard + buf.size :], expect)
+    end = buf.guard + buf.size
+    before = ~_same_bytes(got[: buf.guard], buf.padded[: buf.guard])
+    after = ~_same_bytes(got[end:], buf.padded[end:])
     if not before.any() and not after.any():
         return None
     parts: list[str] = []

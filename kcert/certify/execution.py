@@ -1,7 +1,7 @@
 """The contract between the certifier and the sandboxed executors.
 
 The certifier lays out every buffer on the host as one flat padded array,
-``[guard | data | guard]``, already filled with poison and inputs. An executor
+``[guard | data | guard]``, already filled with drawn contents and inputs. An executor
 copies each padded array to the device verbatim, launches the kernel with a
 pointer to the start of the data region (viewed with the buffer's shape),
 synchronizes, and copies the whole padded array back. All checks (bounds,
@@ -36,7 +36,7 @@ class RunStatus(StrEnum):
 
 @dataclass(frozen=True)
 class PaddedBuffer:
-    """One kernel argument buffer in host memory, with poison guard bands."""
+    """One kernel argument buffer in host memory, with guard bands of drawn contents."""
 
     name: str
     dtype: str  # a spec dtype: f32, bf16, ...

@@ -23,6 +23,7 @@ import kcert
 from kcert.certify import jail, spares
 from kcert.certify.anchors import anchor
 from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
+from kcert.certify.conditions import SCHEME, draw_conditions
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.interpreter import blame, static_hazards
@@ -50,6 +51,7 @@ from kcert.certify.report import (
     TimingReport,
 )  # fmt: skip
 from kcert.certify.scope import scope_notes
+from kcert.certify.sizes import shape_scope
 from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import Allowance, allowances
 from kcert.errors import KcertError
@@ -124,6 +126,8 @@ class _Certifier:
         self.reference = Reference(kernel)
         probe_set = fixed_probes(kernel, max_probes=options.max_probes)
         fresh_seed = options.fresh_seed if options.fresh_seed is not None else draw_seed()
+        # every probe's buffer contents and addresses are drawn from it too (conditions.py)
+        self.fresh_seed = fresh_seed
         fresh = fresh_probes(kernel, fresh_seed)
         checks: list[CheckResult] = list(build_checks)
         records: list[ProbeRecord] = []
@@ -170,6 +174,7 @@ class _Certifier:
             certifier_version=kcert.__version__,
             issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             confinement=self.confinement.to_json(), value_families=value_families(kernel),
+            shape_scope=shape_scope(kernel, [r.dims for r in records]), conditions=SCHEME,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ build
@@ -249,11 +254,12 @@ class _Certifier:
         kernel, launch = self.kernel, probe.launch
         inputs = make_inputs(kernel, probe)
         rounded, bounds = self._expected(probe, inputs)
-        job_a = make_job(kernel, launch, inputs, "A")
+        runs = draw_conditions(self.fresh_seed, probe.id)
+        job_a = make_job(kernel, launch, inputs, "A", runs=runs, stale=rounded)
         run_a = self.sandbox.run(job_a)
         if not run_a.ok:
             return _ProbeOutcome(probe, launch=run_a)
-        job_b = make_job(kernel, launch, inputs, "B")
+        job_b = make_job(kernel, launch, inputs, "B", runs=runs, stale=rounded)
         run_b = self.sandbox.run(job_b)
         if not run_b.ok:
             return _ProbeOutcome(probe, launch=run_b)
@@ -265,6 +271,7 @@ class _Certifier:
             reference={k: str(anchor(v)) for k, v in rounded.items()},
             outputs={k: str(anchor(v)) for k, v in result.outputs.items()},
             metrics=result.metrics,
+            conditions={run: c.to_json() for run, c in runs.items()},
         )  # fmt: skip
         return _ProbeOutcome(probe, record, result.findings)
 
@@ -342,7 +349,8 @@ class _Certifier:
         if path is None:
             return sanitizer.skipped(reason or "compute-sanitizer cannot run here")
         chosen = [probes[i] for i in sanitizer.pick_probes([p.elements for p in probes])]
-        jobs = [make_job(self.kernel, p.launch, make_inputs(self.kernel, p), "A") for p in chosen]
+        jobs = [make_job(self.kernel, p.launch, make_inputs(self.kernel, p), "A",
+                         runs=draw_conditions(self.fresh_seed, p.id)) for p in chosen]  # fmt: skip
         deadline_s = self.options.deadline_s * sanitizer.SLOWDOWN
 
         def run_probes(wrapper: tuple[str, ...], share: Path) -> list[str]:
@@ -380,7 +388,8 @@ class _Certifier:
         largest = max(ran, key=lambda o: o.probe.elements).probe
         self.say(f"timing on {largest.id}")
         inputs = make_inputs(self.kernel, largest)
-        job = make_job(self.kernel, largest.launch, inputs, "A")
+        job = make_job(self.kernel, largest.launch, inputs, "A",
+                       runs=draw_conditions(self.fresh_seed, largest.id))  # fmt: skip
         try:
             kernel_time = self.sandbox.time(job, "kernel",
                                             check=self._timed_output_check(largest, inputs, job))
@@ -497,7 +506,7 @@ _PASS_TEXT = {
     "coverage": "every output element written",
     "bounds": "no write outside any buffer",
     "input-integrity": "inputs unchanged",
-    "determinism": "identical output bytes across poisons and addresses",
+    "determinism": "identical output bytes across fills, guards and addresses",
     "special-values": "NaN and Inf exactly where the reference has them",
 }
 

@@ -20,8 +20,8 @@ all inside the buffer's ``[kernel.values]`` domain: the bulk distribution,
 large magnitudes, tiny magnitudes and signed zeros.
 
 Fresh probes use a seed drawn at certification time (``secrets``), recorded
-in the report; they pick dims values at random from the listed ones and draw
-new inputs, so a kernel tuned to the fixed probes' inputs is caught.
+in the report; they draw sizes the spec never listed (:mod:`kcert.certify.sizes`)
+and new inputs, so a kernel tuned to the fixed probes' sizes or inputs is caught.
 """
 
 from __future__ import annotations
@@ -160,21 +160,15 @@ def fixed_probes(kernel: KernelSpec, *, max_probes: int | None = None) -> ProbeS
 
 def fresh_probes(kernel: KernelSpec, fresh_seed: int,
                  count: int | None = None) -> tuple[Probe, ...]:  # fmt: skip
-    """``count`` probes whose dims and inputs come from ``fresh_seed``."""
+    """``count`` probes whose dims (:mod:`kcert.certify.sizes`) and inputs come from the seed."""
+    from kcert.certify.sizes import fresh_dims  # it draws with this module's streams
+
     count = kernel.probes.fresh if count is None else count
-    stream = _Stream([fresh_seed, 0x6672657368])
     probes: list[Probe] = []
-    attempts = 0
-    while len(probes) < count and attempts < 8 * count + 8:
-        attempts += 1
-        dims = {}
-        for name, vals in kernel.dims.items():
-            dims[name] = vals[int(stream.integers(0, len(vals) - 1, 1)[0])]
+    for dims in fresh_dims(kernel, fresh_seed, count):
         index = len(probes)
-        probe = make_probe(kernel, dims, kind="fresh", prefix=f"fresh{index}:",
-                           seed=derive_seed(fresh_seed, index))  # fmt: skip
-        if probe.elements <= kernel.probes.max_elements:
-            probes.append(probe)
+        probes.append(make_probe(kernel, dims, kind="fresh", prefix=f"fresh{index}:",
+                                 seed=derive_seed(fresh_seed, index)))  # fmt: skip
     return tuple(probes)
 
 

@@ -101,9 +101,13 @@ class ProbeRecord:
     reference: Mapping[str, str]
     outputs: Mapping[str, str]
     metrics: Mapping[str, ErrorMetrics]
+    #: The drawn conditions of its two launches (``RunConditions.to_json`` by run).
+    conditions: Mapping[str, Mapping[str, int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        extra = {} if self.conditions is None else {
+            "conditions": {k: dict(v) for k, v in self.conditions.items()}}
+        return extra | {
             "id": self.id,
             "kind": self.kind,
             "seed": self.seed,
@@ -250,6 +254,11 @@ class CertificationReport:
     scope_notes: tuple[ScopeNote, ...] = ()
     #: Value families of each input buffer's probes (``kcert.certify.probes.value_families``).
     value_families: Mapping[str, Sequence[str]] | None = None
+    #: Per dim, the sizes certified (``kcert.certify.sizes.shape_scope``); None only in
+    #: reports made before kcert drew sizes.
+    shape_scope: Mapping[str, Mapping[str, Any]] | None = None
+    #: How each probe's buffer contents and addresses were drawn (``kcert.certify.conditions``).
+    conditions: str | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -270,6 +279,9 @@ class CertificationReport:
                 "items": [p.to_json() for p in self.probes],
                 **({"value_families": {k: list(v) for k, v in self.value_families.items()}}
                    if self.value_families is not None else {}),
+                **({"conditions": self.conditions} if self.conditions else {}),
+                **({"scope": {k: dict(v) for k, v in self.shape_scope.items()}}
+                   if self.shape_scope is not None else {}),
             },
             "checks": [c.to_json() for c in self.checks],
             "minimized": {k: dict(v) for k, v in self.minimized.items()},

@@ -352,7 +352,7 @@ class Sandbox:
 
         The worker makes device buffers from the job once, then calls
         :func:`kcert.certify.timing.time_callable` with a launch callable; before
-        every timed run the ``out`` buffers get the job's poison back and the ``inout``
+        every timed run the ``out`` buffers get the job's fill back and the ``inout``
         buffers their pristine contents.
         ``check``, when given, gets the padded buffers as the last timed run
         left them (here, in the parent); if it raises, the timed work was not the

@@ -173,6 +173,9 @@ class ProbeSettings:
     max_probes: int = 48
     fresh: int = 4
     max_elements: int = 1 << 24
+    #: Per dim: the largest size fresh probes may draw, or None for the listed values only
+    #: (``probes.draw_up_to``; a dim not named gets :mod:`kcert.certify.sizes`' default).
+    draw_up_to: Mapping[str, int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +274,11 @@ class KernelSpec:
                 "forbidden": list(self.artifact.forbidden),
             },
             "probes": {"max_probes": self.probes.max_probes, "fresh": self.probes.fresh,
-                       "max_elements": self.probes.max_elements},
+                       "max_elements": self.probes.max_elements,
+                       # only when set, so that the digests of older specs stay what they were
+                       **({"draw_up_to": {k: "listed" if v is None else v for k, v in
+                                          sorted(self.probes.draw_up_to.items())}}
+                          if self.probes.draw_up_to else {})},
             "build_options": list(self.build_options),
             "num_warps": self.num_warps,
             # only when set, so that specs without it keep their digests
@@ -807,7 +814,8 @@ class _Table:
 
     def probe_settings(self) -> ProbeSettings:
         table = self.get("probes", dict, {})
-        _only_keys(table, {"max_probes", "fresh", "max_elements"}, self.path, self.name, "probes.")
+        _only_keys(table, {"max_probes", "fresh", "max_elements", "draw_up_to"}, self.path,
+                   self.name, "probes.")  # fmt: skip
         ranges = {"max_probes": (1, 4096), "fresh": (0, 256), "max_elements": (1, 1 << 31)}
         values: dict[str, int] = {}
         for key, (lo, hi) in ranges.items():
@@ -816,7 +824,28 @@ class _Table:
                 if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                     raise self.fail(f"probes.{key}", f"{v!r} must be an integer in [{lo}, {hi}]")
                 values[key] = v
-        return ProbeSettings(**values)
+        return ProbeSettings(**values, draw_up_to=self.draw_up_to(table.get("draw_up_to", {})))
+
+    def draw_up_to(self, caps: Any) -> dict[str, int | None]:
+        """``probes.draw_up_to``: per dim, an integer cap on drawn sizes, or "listed"."""
+        key = "probes.draw_up_to"
+        if not isinstance(caps, dict):
+            raise self.fail(key, 'must be a table of dim = cap (an integer) or dim = "listed"')
+        dims = self.dims()
+        result: dict[str, int | None] = {}
+        for name, cap in caps.items():
+            if name not in dims:
+                raise self.fail(f"{key}.{name}", f"'{name}' is not a dim (dims: "
+                                f"{', '.join(dims) or 'none'})")  # fmt: skip
+            if cap == "listed":
+                result[name] = None
+            elif isinstance(cap, bool) or not isinstance(cap, int) or not (
+                    max(dims[name]) <= cap <= 1 << 31):
+                raise self.fail(f"{key}.{name}", f"{cap!r} must be \"listed\" or an integer from "
+                                f"the largest listed value ({max(dims[name])}) to 2**31")
+            else:
+                result[name] = cap
+        return result
 
 
 _NAME_IN = re.compile(r"[A-Za-z_]")

@@ -114,6 +114,7 @@ def _summary(report: CertificationReport, certificate: str | None,
         "minimized": {name: dict(dims) for name, dims in report.minimized.items()},
         "minimize_stopped": dict(report.minimize_stopped),
         "scope_notes": [n.to_json() for n in report.scope_notes],
+        "shape_scope": {k: dict(v) for k, v in (report.shape_scope or {}).items()},
         "certificate": certificate,
         "certificate_id": certificate_id,
     }  # fmt: skip
@@ -140,6 +141,11 @@ def _show(report: CertificationReport, certificate: str | None, certificate_id: 
                               markup=False)  # fmt: skip
     for note in report.scope_notes:
         out_console.print(f"not covered ({note.kind}): {note.message}", markup=False)
+    for name, scope in (report.shape_scope or {}).items():
+        if scope["min"] is not None:
+            out_console.print(f"sizes probed for {name}: {scope['min']} to {scope['max']} "
+                              f"({len(scope['listed'])} listed, {len(scope['drawn'])} drawn)",
+                              markup=False)  # fmt: skip
     verdict = report.verdict
     style = "green" if verdict is Verdict.PASS else "bold red"
     out_console.print(f"verdict: [{style}]{verdict}[/]")

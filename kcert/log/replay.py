@@ -140,14 +140,20 @@ def check_candidates(leaf: Leaf, fetch: EnvelopeFetcher) -> list[ObjectCheck]:
 # --- --rerun: anchors of a fresh certification against the recorded ones ---------------------
 
 
+def canonical_text(value: Any) -> str:
+    """A recorded JSON value as one line (RFC 8785), for a difference's two sides."""
+    return canonical_json(value).decode("utf-8")
+
+
 @dataclass(frozen=True, slots=True)
 class AnchorDifference:
     probe: str
-    role: str  # "input" | "reference" | "output" | "probe"
+    role: str  # "input" | "reference" | "output" | "probe" | "conditions"
     name: str
     recorded: str | None
     rerun: str | None
-    #: "kernel output drift", "reference drift", "input drift" or "probe not re-run".
+    #: "kernel output drift", "reference drift", "input drift", "conditions drift" or
+    #: "probe not re-run".
     cause: str
 
     def to_json(self) -> dict[str, Any]:
@@ -167,7 +173,9 @@ def compare_anchors(
     everything computed from it differs as a consequence. With equal inputs, a
     changed reference anchor is "reference drift" (the NumPy reference or its
     stack computes something else) and a changed output anchor is "kernel output
-    drift" (the kernel, its build or the GPU stack computes something else).
+    drift" (the kernel, its build or the GPU stack computes something else). Each
+    probe's recorded conditions (drawn from the recorded fresh seed) must come out
+    the same too ("conditions drift").
     """
     fresh = {str(p["id"]): p for p in rerun}
     differences: list[AnchorDifference] = []
@@ -178,6 +186,15 @@ def compare_anchors(
             differences.append(AnchorDifference(pid, "probe", "", None, None, "probe not re-run"))
             continue
         inputs_drifted = False
+        # the buffers' fills and addresses come from the recorded fresh seed: a re-run that
+        # drew other ones did not reproduce the conditions the kernel ran under
+        for run in sorted(set(probe.get("conditions", {})) | set(other.get("conditions", {}))):
+            before_c = probe.get("conditions", {}).get(run)
+            after_c = other.get("conditions", {}).get(run)
+            if before_c != after_c:
+                differences.append(AnchorDifference(
+                    pid, "conditions", run, None if before_c is None else canonical_text(before_c),
+                    None if after_c is None else canonical_text(after_c), "conditions drift"))
         for role, cause in (("inputs", "input drift"), ("reference", "reference drift"),
                             ("outputs", "kernel output drift")):  # fmt: skip
             before: Mapping[str, str] = probe.get(role, {})

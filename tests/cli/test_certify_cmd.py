@@ -93,6 +93,9 @@ def test_a_passing_kernel_signed_into_a_certificate(spec: Path, tmp_path: Path) 
     # probed on the interpreter only: what it cannot show is said, the verdict stands
     assert [n["kind"] for n in summary["scope_notes"]] == ["executor"]
     assert "races" in summary["scope_notes"][0]["message"]
+    # the sizes certified: every dim's listed values, the drawn ones, and the extremes
+    assert all({"listed", "drawn", "min", "max", "draw_up_to"} == set(scope)
+               for scope in summary["shape_scope"].values()) and summary["shape_scope"]
     names = [c["name"] for c in summary["checks"]]
     assert "correctness" in names and "timing" in names
     assert all({"name", "status", "probe", "message"} <= set(c) for c in summary["checks"])
@@ -117,6 +120,7 @@ def test_human_output_is_a_table_and_a_verdict(spec: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "verdict: pass" in result.stdout
     assert "not covered (executor): probed on the Triton interpreter only" in result.stdout
+    assert "sizes probed for " in result.stdout
     for name in ("correctness", "coverage", "bounds", "determinism", "fresh-probes"):
         assert name in result.stdout
 

@@ -182,3 +182,14 @@ def test_an_output_that_appears_or_vanishes_is_a_difference() -> None:
     rerun = [{**_probe("n=1"), "outputs": {"y": "o1", "z": "o3"}}]
     (diff,) = compare_anchors(recorded, rerun)
     assert (diff.name, diff.recorded, diff.rerun) == ("z", None, "o3")
+
+
+def test_conditions_that_a_rerun_draws_differently_are_a_difference() -> None:
+    conditions = {"A": {"seed": 1, "pair_seed": 3, "shift": 16, "roll": 0},
+                  "B": {"seed": 2, "pair_seed": 3, "shift": 256, "roll": 9}}
+    recorded = [{**_probe("n=1"), "conditions": conditions}]
+    assert compare_anchors(recorded, [{**_probe("n=1"), "conditions": conditions}]) == []
+    moved = {**conditions, "B": {**conditions["B"], "shift": 512}}
+    (diff,) = compare_anchors(recorded, [{**_probe("n=1"), "conditions": moved}])
+    assert (diff.role, diff.name, diff.cause) == ("conditions", "B", "conditions drift")
+    assert diff.recorded is not None and '"shift":256' in diff.recorded

@@ -131,7 +131,7 @@ class DeviceRun:
     launch: Callable[[], None]
     #: Wait for the whole device.
     synchronize: Callable[[], None]
-    #: Before each timed run (not timed): the ``out`` buffers get their poison back and the
+    #: Before each timed run (not timed): the ``out`` buffers get their fill back and the
     #: ``inout`` buffers their pristine contents, so the last run's output is its own work.
     refresh: Callable[[], None]
     #: Copy every padded buffer back to the host, in the job's order.

@@ -154,7 +154,7 @@ class CudaExecutor(Executor):
                 baseline(**named)
 
         # device copies of what every written buffer held before the first run: the
-        # poison of the outputs, the pristine contents of the inout buffers
+        # fill of the outputs, the pristine contents of the inout buffers
         written = {b.name for b in self.kernel.buffers if b.intent is not Intent.IN}
         pristine = []
         for (_, start, nbytes), layout in zip(padded, layouts, strict=True):

@@ -142,7 +142,7 @@ class TritonExecutor(Executor):
                 baseline(**named)
 
         # device copies of what every written buffer held before the first run: the
-        # poison of the outputs, the pristine contents of the inout buffers
+        # fill of the outputs, the pristine contents of the inout buffers
         pristine = [(region, region.clone())
                     for region, layout in zip(padded, layouts, strict=True)
                     if layout.name in self._written]  # fmt: skip

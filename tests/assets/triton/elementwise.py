@@ -86,8 +86,9 @@ def neighbor_sum(x, out, n, BLOCK: tl.constexpr):
 def neighbor_sum_oob_read(x, out, n, BLOCK: tl.constexpr):
     """determinism (and correctness): the x[i + 1] load is masked with i < n, so it reads x[n].
 
-    x[n] is the first element of x's guard band: poison that differs between
-    the certifier's two runs, and it leaks into out[n - 1]. No byte outside a
+    x[n] is the first element of x's guard band: drawn contents that differ
+    between the certifier's two runs (a NaN or an infinity in one of them, for
+    two probes in three), and it leaks into out[n - 1]. No byte outside a
     buffer is written, so the bounds check (which watches writes) stays clean.
     """
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -100,11 +101,11 @@ def neighbor_sum_oob_read(x, out, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def add_alignment_path(x, y, out, n, BLOCK: tl.constexpr):
-    """determinism: a "fast path" for 512-byte aligned inputs, and a wrong slow path.
+    """correctness and determinism: a "fast path" for 512-byte aligned inputs, a wrong slow path.
 
-    The certifier's first run places buffers on 4096-byte boundaries and its
-    second 256 bytes off them, so the two runs take different paths and their
-    outputs differ, though the first run alone is correct.
+    The certifier's run A places buffers at an odd multiple of 16 bytes (the slow
+    path: wrong), and run B at a multiple of 256, 512-aligned for about half the
+    probes, so the two runs' outputs differ there too.
     """
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n

@@ -1,0 +1,278 @@
+"""The test conditions around a kernel: what its buffers hold besides the inputs, and where.
+
+Nothing here is fixed. For every probe, each of its two launches gets its own
+conditions, drawn from the certification's fresh seed and the probe's id (so a
+re-run with the recorded seed reproduces them exactly; the certificate records
+each probe's seeds, shifts and roll):
+
+* ``out`` data regions. Run A, the marker run: quiet NaNs with drawn payloads
+  and signs (integers: drawn bits; bools: bytes that are no bool). Run B, the
+  prefilled run: plausible stale values, the probe's own reference answer
+  rotated by a drawn number of elements (values of the right kind in the wrong
+  places, as when a caching allocator hands back the previous call's output).
+  The two fills differ in every element, byte for byte, so an element that
+  holds its run's fill after both runs was never written.
+* Guard bands (floats). Each element draws a pair of distinct states for runs
+  A and B out of three: *small* (drawn sign, mantissa and binade, below
+  2**-12: its ulp is below 2**-20 in every float dtype, so a write of "the
+  guard plus anything above about 1e-6" changes its bits, where a huge poison
+  such as -FLT_MAX/3, or a NaN whose payload survives arithmetic on a CPU,
+  would round the write back to itself); *non-finite* (a NaN of drawn payload
+  or an infinity, so that a read a kernel multiplies by zero still shows); and
+  *plausible* (normal values across a few binades, like production memory, so
+  that a kernel that tells the test apart by what lies past its buffers
+  misbehaves in a run). Integer guards hold drawn bits in run A and small
+  integers in run B; bool guards hold non-bool bytes in A and 0/1 in B.
+* Addresses. Every padded buffer starts at a drawn offset past a 4096-byte
+  boundary: in run A an odd multiple of 16 bytes (never a multiple of 256), in
+  run B a multiple of 256 (what allocators give), so a kernel that depends on
+  its pointers' alignment sees both kinds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kcert.certify.executors.base import host_dtype
+from kcert.certify.probes import _name_word, _Stream, derive_seed
+from kcert.certify.spec import FLOAT_DTYPES
+
+#: Names the scheme below; recorded in the certificate so that a reader knows how
+#: each probe's recorded seeds, shifts and roll were turned into buffer contents.
+SCHEME = "kcert-conditions-v1"
+RUNS = ("A", "B")
+#: Run A's guard values are below this in magnitude (see the module docstring).
+SMALL_GUARD_EXP = -12
+#: Smallest binade of run A's guard values, per dtype (f16: its smallest subnormal).
+_SMALL_GUARD_LOW = {"f16": -24, "bf16": -40, "f32": -40, "f64": -80}
+_EXP_BITS = {2: 5, 4: 8, 8: 11}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@dataclass(frozen=True, slots=True)
+class RunConditions:
+    """The drawn conditions of one launch of one probe."""
+
+    run: str  # "A" (marker) or "B" (prefilled)
+    #: Every element-wise fill (guards, ``out`` data) comes from this seed and the buffer name.
+    seed: int
+    #: Bytes between a 4096-byte boundary and the start of every padded buffer.
+    shift: int
+    #: Both runs' guards draw each element's pair of states from this seed.
+    pair_seed: int
+    #: Run B: elements the stale ``out`` contents are rotated by (0 in run A).
+    roll: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "pair_seed": self.pair_seed, "shift": self.shift,
+                "roll": self.roll}  # fmt: skip
+
+
+def draw_conditions(fresh_seed: int, probe_id: str) -> dict[str, RunConditions]:
+    """Runs A and B of the probe ``probe_id``, from the certification's fresh seed."""
+    seeds = {run: derive_seed(fresh_seed, "conditions", probe_id, run) for run in RUNS}
+    stream = _Stream([seeds["A"], seeds["B"]])
+    odd = int(stream.integers(0, 239, 1)[0])
+    # 1..255 without the multiples of 16: an offset that is never a multiple of 256 bytes
+    k = 1 + odd + odd // 15
+    shift_a = 16 * k
+    shift_b = 256 * int(stream.integers(0, 15, 1)[0])
+    roll = int(stream.integers(1, 1 << 30, 1)[0])
+    pairs = derive_seed(fresh_seed, "conditions", probe_id, "guard states")
+    return {"A": RunConditions("A", seeds["A"], shift_a, pairs),
+            "B": RunConditions("B", seeds["B"], shift_b, pairs, roll)}  # fmt: skip
+
+
+def default_conditions(run: str) -> RunConditions:
+    """Conditions for a launch outside a certification (tests, tools): seed 0."""
+    return draw_conditions(0, "")[run]
+
+
+# ---------------------------------------------------------------------------- fills
+
+
+#: What a guard element may hold in one run: a small value (whose ulp is tiny, so a write
+#: of "itself plus a little" changes its bits), a NaN or an infinity (so that a read that
+#: a kernel multiplies by zero still shows), or a plausible value (as production memory).
+GUARD_STATES = ("small", "nonfinite", "plausible")
+#: The ordered pairs of distinct states (run A, run B): each guard element draws one.
+_STATE_PAIRS = tuple((a, b) for a in GUARD_STATES for b in GUARD_STATES if a != b)
+#: Per run, each pair's state as an index into GUARD_STATES.
+_STATE_OF_RUN = tuple(np.array([GUARD_STATES.index(p[run]) for p in _STATE_PAIRS])
+                      for run in (0, 1))  # fmt: skip
+
+
+#: Guard contents repeat with this period (elements): drawing millions of elements per
+#: buffer and run would cost more than the kernel's run in the interpreter.
+GUARD_PERIOD = 1 << 12
+
+
+def guard_fill(dtype: str, count: int, cond: RunConditions, name: str) -> np.ndarray[Any, Any]:
+    """``count`` guard elements of buffer ``name`` in the run ``cond``, ``GUARD_PERIOD`` apart."""
+    cycle = _guard_cycle(dtype, min(count, GUARD_PERIOD), cond, name)
+    return cycle if cycle.size == count else np.resize(cycle, count)
+
+
+def _guard_cycle(dtype: str, count: int, cond: RunConditions, name: str) -> np.ndarray[Any, Any]:
+    """``count`` guard elements of buffer ``name`` in the run ``cond``.
+
+    Float guards: each element draws a pair of distinct states for runs A and B
+    (:data:`GUARD_STATES`), from a stream both runs share, so that every element
+    holds two different kinds of value in the two runs; the values themselves come
+    from the run's own stream.
+    """
+    np_dtype = host_dtype(dtype)
+    own = _Stream([cond.seed, _name_word(name), 0x6775617264])
+    if dtype == "bool":
+        if cond.run == "A":
+            return _bytes_above_one(own, count).view(np_dtype)
+        return (own.uniform(count) < 0.5).astype(np_dtype)
+    if dtype not in FLOAT_DTYPES:
+        if cond.run == "A":
+            return _random_bits(own, np_dtype, count)
+        info = np.iinfo(np_dtype)
+        lo = -100 if info.min < 0 else 0
+        return own.integers(lo, lo + 200, count).astype(np_dtype)
+    shared = _Stream([cond.pair_seed, _name_word(name), 0x7061697273])
+    pair = shared.integers(0, len(_STATE_PAIRS) - 1, count)
+    state = _STATE_OF_RUN[0 if cond.run == "A" else 1][pair]
+    # one draw of 64 bits per element makes any state's value (no transcendental functions:
+    # guards run to millions of elements per buffer)
+    raw = own.raw(count)
+    low = _SMALL_GUARD_LOW[dtype]
+    # binades low to -14: even rounded up to the next binade, a value stays below 2**-12
+    small = ((raw >> np.uint64(32)) % np.uint64(SMALL_GUARD_EXP - 1 - low)).astype(np.int64) + low
+    exponent = np.where(state == 0, small, _plausible_exponent(raw))
+    with np.errstate(all="ignore"):
+        result: np.ndarray[Any, Any] = _signed_values(raw, exponent).astype(np_dtype)
+    nonfinite = state == 1
+    result[nonfinite] = _nonfinite(raw[nonfinite], dtype)
+    return result
+
+
+def _signed_values(raw: np.ndarray[Any, Any],
+                   exponent: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
+    """``±(1 + m) * 2**exponent``: the sign from the top bit of ``raw``, ``m`` from its low 32."""
+    sign = np.where((raw >> np.uint64(63)) != 0, -1.0, 1.0)
+    mantissa = 1.0 + (raw & np.uint64(0xFFFFFFFF)).astype(np.float64) * 2.0**-32
+    values: np.ndarray[Any, Any] = sign * np.ldexp(mantissa, exponent)
+    return values
+
+
+def _plausible_exponent(raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Binades -3 to 3: magnitudes from 1/8 to 16, what a neighbouring tensor might hold."""
+    exponent: np.ndarray[Any, Any] = ((raw >> np.uint64(40)) % np.uint64(7)).astype(np.int64) - 3
+    return exponent
+
+
+def _nonfinite(raw: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+    """NaNs with payloads from ``raw``, and infinities of either sign (a third of them)."""
+    values = _nan_from_raw(raw, dtype)
+    inf = (raw >> np.uint64(8)) % np.uint64(3) == 0
+    sign = np.where((raw >> np.uint64(63)) != 0, -np.inf, np.inf)
+    values[inf] = sign[inf].astype(values.dtype)
+    return values
+
+
+def out_fill(dtype: str, shape: tuple[int, ...], cond: RunConditions, name: str,
+             stale: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:  # fmt: skip
+    """What the ``out`` buffer ``name`` holds before the launch of run ``cond``.
+
+    ``stale`` is the probe's reference answer in the output dtype (run B); without
+    it, run B's fill is plausible values like its guards'.
+    """
+    count = math.prod(shape)
+    np_dtype = host_dtype(dtype)
+    stream = _Stream([cond.seed, _name_word(name), 0x6F7574])
+    if cond.run == "A":
+        return _markers(stream, dtype, count).reshape(shape)
+    plausible = _stale_fallback(dtype, count, stream)
+    if stale is None or count == 0:
+        return plausible.reshape(shape)
+    answer = np.ascontiguousarray(np.asarray(stale, dtype=np_dtype)).reshape(-1)
+    rotated = np.roll(answer, cond.roll % count)
+    # where the rotation lands the right answer on itself, keeping it would be right
+    same = _same(rotated, answer)
+    rotated[same] = plausible[same]
+    return rotated.reshape(shape)
+
+
+def out_fills(
+    dtype: str, shape: tuple[int, ...], runs: Mapping[str, RunConditions], name: str,
+    stale: np.ndarray[Any, Any] | None = None,
+) -> dict[str, np.ndarray[Any, Any]]:  # fmt: skip
+    """Both runs' ``out`` fills, made to differ in every element (the coverage check's premise)."""
+    a = out_fill(dtype, shape, runs["A"], name)
+    b = out_fill(dtype, shape, runs["B"], name, stale)
+    clash = _same(a.reshape(-1), b.reshape(-1))
+    if clash.any():
+        # a stale NaN or drawn integer that happens to equal run A's marker: flip a low bit
+        bits = a.reshape(-1).view(_UINT[a.itemsize])
+        bits[clash] ^= 1
+    return {"A": a, "B": b}
+
+
+def _stale_fallback(dtype: str, count: int, stream: _Stream) -> np.ndarray[Any, Any]:
+    """Plausible values for run B's ``out`` where no stale answer fits."""
+    np_dtype = host_dtype(dtype)
+    if dtype == "bool":
+        return (stream.uniform(count) < 0.5).astype(np_dtype)
+    if dtype in FLOAT_DTYPES:
+        raw = stream.raw(count)
+        with np.errstate(all="ignore"):
+            values = _signed_values(raw, _plausible_exponent(raw))
+            result: np.ndarray[Any, Any] = values.astype(np_dtype)
+        return result
+    info = np.iinfo(np_dtype)
+    lo = -100 if info.min < 0 else 0
+    return stream.integers(lo, lo + 200, count).astype(np_dtype)
+
+
+def _markers(stream: _Stream, dtype: str, count: int) -> np.ndarray[Any, Any]:
+    """Run A's ``out`` fill: NaNs with drawn payloads and signs, drawn bits, non-bool bytes."""
+    np_dtype = host_dtype(dtype)
+    if dtype == "bool":
+        return _bytes_above_one(stream, count).view(np_dtype)
+    if dtype not in FLOAT_DTYPES:
+        return _random_bits(stream, np_dtype, count)
+    return _nan_from_raw(stream.raw(count), dtype)
+
+
+def _nan_from_raw(raw: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+    """Quiet NaNs whose sign and payload come from ``raw``."""
+    np_dtype = host_dtype(dtype)
+    size = np_dtype.itemsize
+    width = 8 * size
+    fraction = width - 1 - _EXP_BITS[size] if dtype != "bf16" else 7
+    exponent_bits = width - 1 - fraction
+    sign = (raw >> np.uint64(63)) << np.uint64(width - 1)
+    payload = raw & np.uint64((1 << (fraction - 1)) - 1)
+    quiet = np.uint64(1 << (fraction - 1))
+    exponent = np.uint64(((1 << exponent_bits) - 1) << fraction)
+    bits = (sign | exponent | quiet | payload).astype(_UINT[size])
+    result: np.ndarray[Any, Any] = bits.view(np_dtype)
+    return result
+
+
+def _random_bits(stream: _Stream, np_dtype: np.dtype[Any], count: int) -> np.ndarray[Any, Any]:
+    raw = stream.raw(count).astype(_UINT[np_dtype.itemsize])
+    result: np.ndarray[Any, Any] = raw.view(np_dtype)
+    return result
+
+
+def _bytes_above_one(stream: _Stream, count: int) -> np.ndarray[Any, Any]:
+    """Bytes in [2, 255]: a bool store (0 or 1) can never leave one unchanged."""
+    return stream.integers(2, 255, count).astype(np.uint8)
+
+
+def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Element-wise byte equality of two 1-D arrays of one dtype."""
+    rows_a = a.view(np.uint8).reshape(a.size, a.itemsize)
+    rows_b = b.view(np.uint8).reshape(b.size, b.itemsize)
+    same: np.ndarray[Any, Any] = np.all(rows_a == rows_b, axis=1)
+    return same

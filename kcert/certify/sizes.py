@@ -1,0 +1,190 @@
+"""Sizes nobody listed: the dims fresh probes draw, and the shape scope a certificate covers.
+
+The fixed probes take the spec's ``dims`` values only, so a kernel that is
+wrong at a size the spec's author did not think of (``n % 4 == 2``, a prime,
+anything past the largest listed value) would pass. Fresh probes therefore
+draw their sizes from the certification's fresh seed, per dim:
+
+1. one size past the largest listed value, in the top eighth of the way up to
+   the dim's cap (a prime where the stretch holds one), so that the scope a
+   certificate claims reaches what was probed;
+2. then sizes inside the listed range, drawn log-uniformly (small sizes are
+   cheap and are where tails go wrong) and picked, among a few candidates,
+   to cover the residues modulo 2, 3, 4, 5, 7 and 8 that neither the listed
+   values nor earlier draws cover; the first of them is a prime.
+
+The cap is ``probes.draw_up_to`` for the dim: an integer (at least the
+largest listed value), or ``"listed"`` for a dim whose size must be one of
+the listed values (a head dimension the kernel only supports at 64 and 128).
+A dim not named there is capped at twice its largest listed value; a dim
+with a single listed value is a fixed size and is not drawn. Dims draw their
+large sizes in different probes, and a probe over ``probes.max_elements``
+takes smaller listed values for its other dims, so the few fresh probes stay
+affordable on the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kcert.certify.probes import _name_word, _Stream
+from kcert.certify.spec import KernelSpec, SpecError
+
+#: Residues modulo these are covered, with the listed values, as far as the draws allow.
+MODULI = (2, 3, 4, 5, 7, 8)
+#: A dim not named in ``probes.draw_up_to`` is drawn up to this multiple of its largest value.
+DEFAULT_GROWTH = 2
+_CANDIDATES = 48
+
+
+def size_cap(kernel: KernelSpec, name: str) -> int | None:
+    """The largest size fresh probes may give dim ``name``; None: only its listed values."""
+    listed = kernel.dims[name]
+    if name in kernel.probes.draw_up_to:
+        return kernel.probes.draw_up_to[name]
+    if len(set(listed)) == 1:
+        return None
+    return DEFAULT_GROWTH * max(listed)
+
+
+def drawn_sizes(kernel: KernelSpec, fresh_seed: int, count: int) -> dict[str, tuple[int, ...]]:
+    """Per dim, ``count`` sizes from ``fresh_seed`` (none for a dim probed at its listed values)."""
+    sizes: dict[str, tuple[int, ...]] = {}
+    for name, values in kernel.dims.items():
+        cap = size_cap(kernel, name)
+        if cap is None or count <= 0:
+            sizes[name] = ()
+            continue
+        stream = _Stream([fresh_seed, _name_word(name), 0x73697A65])
+        sizes[name] = tuple(_draw_dim(stream, sorted(set(values)), cap, count))
+    return sizes
+
+
+def _draw_dim(stream: _Stream, listed: list[int], cap: int, count: int) -> list[int]:
+    lo, hi = listed[0], listed[-1]
+    chosen: list[int] = []
+    if cap > hi:
+        bottom = max(hi + 1, cap - (cap - hi) // 8)
+        top = _uniform_int(stream, bottom, cap)
+        chosen.append(_prime_at_or_below(top, bottom) or top)
+    first = True
+    while len(chosen) < count:
+        covered = {(m, v % m) for v in (*listed, *chosen) for m in MODULI}
+        best, best_gain = None, -1
+        for _ in range(_CANDIDATES):
+            candidate = _log_uniform_int(stream, max(lo, 2), max(hi, 2))
+            if first:
+                candidate = _prime_at_or_below(candidate, max(lo, 2)) or candidate
+            gain = sum((m, candidate % m) not in covered for m in MODULI)
+            if candidate not in chosen and gain > best_gain:
+                best, best_gain = candidate, gain
+        first = False
+        if best is None:  # every size in range already taken: repeat one rather than loop
+            best = chosen[-1] if chosen else lo
+        chosen.append(best)
+    return chosen[:count]
+
+
+def fresh_dims(kernel: KernelSpec, fresh_seed: int, count: int) -> list[dict[str, int]]:
+    """The dims of ``count`` fresh probes: drawn sizes, large ones of different dims apart."""
+    sizes = drawn_sizes(kernel, fresh_seed, count)
+    stream = _Stream([fresh_seed, 0x6672657368])
+    limit = kernel.probes.max_elements
+    result: list[dict[str, int]] = []
+    for i in range(count):
+        dims: dict[str, int] = {}
+        for j, (name, values) in enumerate(kernel.dims.items()):
+            drawn = sizes[name]
+            if drawn:
+                # dim j's first (large) size lands in probe -j mod count
+                dims[name] = drawn[(i + j) % len(drawn)]
+            else:
+                dims[name] = values[int(stream.integers(0, len(values) - 1, 1)[0])]
+        fitted = _fit(kernel, dims, limit)
+        if fitted is not None:
+            result.append(fitted)
+    return result
+
+
+def _fit(kernel: KernelSpec, dims: dict[str, int], limit: int) -> dict[str, int] | None:
+    """``dims``, or dims with the others shrunk to their smallest listed value, under ``limit``."""
+    order = sorted(kernel.dims, key=lambda n: -dims[n])
+    current = dict(dims)
+    for shrink in [None, *order[1:], order[0]]:
+        if shrink is not None:
+            current[shrink] = min(kernel.dims[shrink])
+        try:
+            if kernel.bind(current).elements() <= limit:
+                return current
+        except SpecError:
+            return None
+    return None
+
+
+def shape_scope(kernel: KernelSpec, probed: Sequence[Mapping[str, int]]) -> dict[str, Any]:
+    """Per dim: the listed values, the drawn ones probed, the cap, and the smallest and largest."""
+    scope: dict[str, Any] = {}
+    for name, values in kernel.dims.items():
+        seen = sorted({int(d[name]) for d in probed if name in d})
+        listed = sorted(set(values))
+        cap = size_cap(kernel, name)
+        scope[name] = {
+            "listed": listed,
+            "drawn": [v for v in seen if v not in listed],
+            "min": seen[0] if seen else None,
+            "max": seen[-1] if seen else None,
+            "draw_up_to": "listed" if cap is None else cap,
+        }
+    return scope
+
+
+# ---------------------------------------------------------------------------- numbers
+
+
+def _uniform_int(stream: _Stream, lo: int, hi: int) -> int:
+    return int(stream.integers(lo, hi, 1)[0])
+
+
+def _log_uniform_int(stream: _Stream, lo: int, hi: int) -> int:
+    if hi <= lo:
+        return lo
+    u = float(stream.uniform(1)[0])
+    value = int(math.exp(math.log(lo) + u * (math.log(hi + 1) - math.log(lo))))
+    return min(max(value, lo), hi)
+
+
+def _is_prime(n: int) -> bool:
+    """Miller-Rabin with the bases that decide every n below 3.4e14 exactly."""
+    if n < 2:
+        return False
+    bases = (2, 3, 5, 7, 11, 13, 17)
+    if n in bases:
+        return True
+    if any(n % p == 0 for p in bases):
+        return False
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d, r = d // 2, r + 1
+    for a in bases:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _prime_at_or_below(n: int, floor: int) -> int | None:
+    """The largest prime in ``[floor, n]``, looking at most a few hundred numbers down."""
+    for value in range(n, max(floor, 2) - 1, -1):
+        if n - value > 512:
+            return None
+        if _is_prime(value):
+            return value
+    return None

@@ -1,0 +1,105 @@
+"""Triton kernels that could tell kcert's test conditions apart, and their correct twin.
+
+Each one passed certification while kcert's conditions were fixed (two poisons,
+two alignments, only the listed sizes); each docstring says which check must
+catch it now. tests/certify/test_conditions.py certifies them in the interpreter.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add(x, y, out, n, BLOCK: tl.constexpr):
+    """Correct: out = x + y, the tail masked (the twin of every kernel below)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a = tl.load(x + offsets, mask=mask)
+    b = tl.load(y + offsets, mask=mask)
+    tl.store(out + offsets, a + b, mask=mask)
+
+
+@triton.jit
+def add_keeps_found(x, y, out, n, BLOCK: tl.constexpr):
+    """coverage: reads out first and keeps any plausible value it finds there.
+
+    A NaN or a huge poison is never plausible, so it computes under test; in
+    production a reused allocation holds the previous call's output, which it
+    keeps. Run B's prefilled stale values show it.
+    """
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    old = tl.load(out + offsets, mask=mask, other=0.0)
+    a = tl.load(x + offsets, mask=mask)
+    b = tl.load(y + offsets, mask=mask)
+    plausible = (old == old) & (tl.abs(old) < 1e30)
+    tl.store(out + offsets, tl.where(plausible, old, a + b), mask=mask)
+
+
+@triton.jit
+def add_reads_guard(x, y, out, n, BLOCK: tl.constexpr):
+    """correctness or determinism: x[-1] (a guard) NaN or hugely negative means "under test".
+
+    Only then does it compute the right sum; elsewhere it halves y. Guards that
+    hold plausible values in one of the two runs make it misbehave there.
+    """
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a = tl.load(x + offsets, mask=mask)
+    b = tl.load(y + offsets, mask=mask)
+    before = tl.load(x - 1 + offsets * 0)
+    under_test = (before != before) | (before < -1e30)
+    tl.store(out + offsets, tl.where(under_test, a + b, a + b * 0.5), mask=mask)
+
+
+@triton.jit
+def add_reads_alignment(x, y, out, n, BLOCK: tl.constexpr):
+    """correctness: right only when x's address modulo 4096 is 0 or 256 (the old two layouts)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a = tl.load(x + offsets, mask=mask)
+    b = tl.load(y + offsets, mask=mask)
+    where = x.to(tl.int64, bitcast=True) % 4096
+    known = (where == 0) | (where == 256)
+    tl.store(out + offsets, tl.where(known, a + b, a + b * 0.5), mask=mask)
+
+
+@triton.jit
+def add_wrong_unlisted_sizes(x, y, out, n, BLOCK: tl.constexpr):
+    """fresh-probes: wrong when n % 4 == 2 or n > 65536, sizes that no listed dim takes."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a = tl.load(x + offsets, mask=mask)
+    b = tl.load(y + offsets, mask=mask)
+    size = offsets * 0 + n
+    bad = (size % 4 == 2) | (size > 65536)
+    tl.store(out + offsets, tl.where(bad, a + b * 0.5, a + b), mask=mask)
+
+
+@triton.jit
+def add_rounds_into_guard(x, y, out, n, BLOCK: tl.constexpr):
+    """bounds: also writes out[n] = out[n] + 1e-3, one past the end.
+
+    The value written is the guard plus a small number: with a huge poison there
+    (or a NaN, whose payload survives the addition on a CPU) it rounds back to
+    the very bytes that were there, and the write went unseen.
+    """
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a = tl.load(x + offsets, mask=mask)
+    b = tl.load(y + offsets, mask=mask)
+    tl.store(out + offsets, a + b, mask=mask)
+    past = out + n + offsets * 0
+    first = offsets == 0
+    tl.store(past, tl.load(past, mask=first) + 1e-3, mask=first)
+
+
+@triton.jit
+def add_wrong_past_65536(x, y, out, n, BLOCK: tl.constexpr):
+    """fresh-probes: wrong when n > 65536, past every listed size."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a = tl.load(x + offsets, mask=mask)
+    b = tl.load(y + offsets, mask=mask)
+    size = offsets * 0 + n
+    tl.store(out + offsets, tl.where(size > 65536, a + b * 0.5, a + b), mask=mask)

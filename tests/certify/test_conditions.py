@@ -1,0 +1,218 @@
+"""Test conditions that no kernel can tune itself to: drawn buffer contents, addresses, sizes.
+
+The kernels in tests/assets/conditions each passed certification while kcert's
+conditions were fixed; each must now fail for the reason it was written to
+show, and their correct twin must pass under the same conditions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kcert.attest.statement import validate_predicate
+from kcert.certify.conditions import (
+    SMALL_GUARD_EXP,
+    draw_conditions,
+    guard_fill,
+)  # fmt: skip
+from kcert.certify.executors.base import host_dtype
+from kcert.certify.pipeline import CertifyOptions, certify
+from kcert.certify.report import CertificationReport, Status, Verdict
+from kcert.certify.sizes import MODULI, drawn_sizes
+from kcert.certify.spec import SpecError, load_spec, parse_spec
+from kcert.certify.tolerance import float_info
+
+SPEC = Path(__file__).resolve().parents[1] / "assets" / "conditions" / "kcert.toml"
+FRESH_SEED = 7
+
+
+def certify_kernel(name: str, *, minimize: bool = False, seed: int = FRESH_SEED,
+                   ) -> CertificationReport:  # fmt: skip
+    kernel = load_spec(SPEC).kernel(name)
+    options = CertifyOptions(executor="triton-interpreter", fresh_seed=seed, minimize=minimize)
+    return certify(kernel, options)
+
+
+def failed(report: CertificationReport) -> dict[str, str]:
+    return {c.name: c.message for c in report.checks if c.status is Status.FAIL}
+
+
+# ---------------------------------------------------------------------------- drawn conditions
+
+
+def test_conditions_come_from_the_fresh_seed_and_are_never_the_old_fixed_ones() -> None:
+    assert draw_conditions(5, "n=33") == draw_conditions(5, "n=33")
+    shifts_a, shifts_b = set(), set()
+    for seed in range(64):
+        runs = draw_conditions(seed, "n=33")
+        assert runs["A"].shift % 16 == 0 and runs["A"].shift % 256 != 0
+        assert runs["B"].shift % 256 == 0 and runs["A"].seed != runs["B"].seed
+        shifts_a.add(runs["A"].shift)
+        shifts_b.add(runs["B"].shift)
+    assert len(shifts_a) > 40 and len(shifts_b) >= 12  # drawn, not two fixed layouts
+    assert draw_conditions(1, "n=33") != draw_conditions(2, "n=33")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "f64"])
+def test_a_write_of_guard_plus_a_little_never_rounds_back(dtype: str) -> None:
+    runs = draw_conditions(3, "n=1")
+    a = guard_fill(dtype, 4096, runs["A"], "out")
+    b = guard_fill(dtype, 4096, runs["B"], "out")
+    little = 2.0**-20  # about 1e-6
+    np_dtype = host_dtype(dtype)
+    for guard in (a, b):
+        small = np.isfinite(guard) & (np.abs(guard.astype(np.float64)) < 2.0**SMALL_GUARD_EXP)
+        written = (guard[small].astype(np.float64) + little).astype(np_dtype)
+        assert (written.view(np.uint8) != guard[small].view(np.uint8)).reshape(
+            written.size, -1).any(axis=1).all()
+    # each element is small in one of the two runs, or non-finite in one and plausible in
+    # the other: a third of the elements of each run are small
+    either = (np.abs(a.astype(np.float64)) < 2.0**SMALL_GUARD_EXP) | (
+        np.abs(b.astype(np.float64)) < 2.0**SMALL_GUARD_EXP)
+    assert 0.55 < either.mean() < 0.8
+    # what the old fixed poison did: the write rounded back to the very same bytes
+    old = np.array(-float(float_info(dtype).max) / 3, dtype=np_dtype)
+    assert (old.astype(np.float64) + 1e-3).astype(np_dtype).tobytes() == old.tobytes()
+
+
+# ---------------------------------------------------------------------------- drawn sizes
+
+
+def _spec(tmp_path: Path, dims: str, probes: str = "") -> str:
+    (tmp_path / "k.py").write_text("def k():\n    pass\n")
+    (tmp_path / "ref.py").write_text("def ref(**kw):\n    return None\n")
+    (tmp_path / "kcert.toml").write_text(f'''
+[[kernel]]
+name = "k"
+source = "k.py"
+entry = "k"
+reference = "ref.py:ref"
+grid = ["1"]
+dims = {dims}
+{probes}
+[kernel.args]
+x = "out f32[n, d]"
+''')
+    return str(tmp_path / "kcert.toml")
+
+
+def test_drawn_sizes_cover_residues_primes_and_reach_past_the_listed(tmp_path: Path) -> None:
+    path = _spec(tmp_path, "{ n = [1, 8, 64, 1000], d = [64] }")
+    kernel = load_spec(Path(path)).kernel("k")
+    for seed in range(20):
+        sizes = drawn_sizes(kernel, seed, 4)
+        assert sizes["d"] == ()  # one listed value: a fixed size
+        n = sizes["n"]
+        assert 1000 < n[0] <= 2000 and n[0] >= 2000 - 1000 // 8  # near the default cap
+        assert all(1 <= v <= 1000 for v in n[1:])
+        residues = {v % 4 for v in (1, 8, 64, 1000, *n)}
+        assert residues == {0, 1, 2, 3}, (seed, n)
+        assert any(v > 2 and all(v % p for p in range(2, v)) for v in n)  # a prime
+    assert len({drawn_sizes(kernel, s, 4)["n"] for s in range(20)}) == 20
+    assert set(MODULI) >= {2, 4, 8}
+
+
+def test_draw_up_to_sets_the_cap_or_keeps_the_listed_values(tmp_path: Path) -> None:
+    path = _spec(tmp_path, "{ n = [1, 8, 64], d = [16, 64] }",
+                 '[kernel.probes]\ndraw_up_to = { n = 100000, d = "listed" }\n')
+    kernel = load_spec(Path(path)).kernel("k")
+    sizes = drawn_sizes(kernel, 1, 4)
+    assert sizes["d"] == () and 100000 - 100000 // 8 <= sizes["n"][0] <= 100000
+    assert kernel.normalized()["probes"]["draw_up_to"] == {"d": "listed", "n": 100000}
+    for bad, word in (("{ m = 5 }", "'m' is not a dim"), ("{ n = 10 }", "largest listed"),
+                      ('{ n = "all" }', "must be")):  # fmt: skip
+        path = _spec(tmp_path, "{ n = [1, 8, 64], d = [16] }",
+                     f"[kernel.probes]\ndraw_up_to = {bad}\n")
+        with pytest.raises(SpecError, match=word) as info:
+            load_spec(Path(path))
+        assert "probes.draw_up_to" in info.value.diagnostics()
+
+
+def test_a_spec_without_the_key_keeps_its_digest(tmp_path: Path) -> None:
+    path = _spec(tmp_path, "{ n = [1, 8], d = [16] }")
+    kernel = load_spec(Path(path)).kernel("k")
+    assert "draw_up_to" not in kernel.normalized()["probes"]
+    table = {"name": "k", "source": "k.py", "entry": "k", "reference": "ref.py:ref",
+             "grid": ["1"], "dims": {"n": [1, 8], "d": [16]}, "args": {"x": "out f32[n, d]"}}
+    again = parse_spec({"kernel": [table]}, tmp_path / "kcert.toml").kernels[0]
+    assert again.digest == kernel.digest
+
+
+# ---------------------------------------------------------------------------- the kernels
+
+
+def test_the_correct_twin_passes_and_the_certificate_records_conditions_and_scope() -> None:
+    report = certify_kernel("add")
+    assert report.verdict is Verdict.PASS, failed(report)
+    predicate = json.loads(json.dumps(report.predicate()))
+    validate_predicate(predicate)
+    probes = predicate["probes"]
+    assert probes["conditions"] == "kcert-conditions-v1"
+    scope = probes["scope"]["n"]
+    assert scope["listed"] == [1, 5, 8, 64, 1000, 4096] and scope["draw_up_to"] == 8192
+    assert scope["drawn"] and scope["max"] > 4096 and scope["min"] == 1
+    assert {v % 4 for v in scope["listed"] + scope["drawn"]} == {0, 1, 2, 3}
+    for item in probes["items"]:
+        assert item["conditions"] == {run: c.to_json() for run, c in draw_conditions(
+            FRESH_SEED, item["id"]).items()}
+
+
+def test_keeping_a_plausible_value_found_in_out_fails_coverage() -> None:
+    fails = failed(certify_kernel("add_keeps_found"))
+    assert set(fails) == {"coverage"}, fails
+    assert "kept" in fails["coverage"] and "stale element(s)" in fails["coverage"]
+
+
+def test_reading_the_guard_band_to_tell_the_test_apart_fails() -> None:
+    fails = failed(certify_kernel("add_reads_guard"))
+    assert fails and set(fails) <= {"correctness", "determinism"}, fails
+    assert "'out'" in next(iter(fails.values()))
+
+
+def test_reading_the_alignment_fails_correctness() -> None:
+    fails = failed(certify_kernel("add_reads_alignment"))
+    assert "correctness" in fails and set(fails) <= {"correctness", "determinism"}, fails
+    assert "outside tolerance" in fails["correctness"]
+
+
+def test_a_write_that_rounds_to_the_old_poison_fails_bounds() -> None:
+    fails = failed(certify_kernel("add_rounds_into_guard"))
+    assert set(fails) == {"bounds"}, fails
+    assert "written up to 1 element(s) past its end" in fails["bounds"]
+
+
+def test_a_size_nobody_listed_fails_fresh_probes_and_is_minimized() -> None:
+    report = certify_kernel("add_wrong_unlisted_sizes", minimize=True)
+    fails = failed(report)
+    assert set(fails) == {"fresh-probes"}, fails
+    assert fails["fresh-probes"].startswith("correctness")
+    probe = next(c.probe for c in report.checks if c.name == "fresh-probes")
+    assert probe is not None and int(probe.rsplit("=", 1)[1]) % 4 == 2
+    assert report.minimized["fresh-probes"]["n"] % 4 == 2
+
+
+def test_a_size_past_every_listed_one_fails_under_the_spec_cap() -> None:
+    report = certify_kernel("add_wrong_past_65536_large")
+    fails = failed(report)
+    assert set(fails) == {"fresh-probes"}, fails
+    probe = next(c.probe for c in report.checks if c.name == "fresh-probes")
+    assert probe is not None and int(probe.rsplit("=", 1)[1]) > 65536
+    twin = certify_kernel("add_large")
+    assert twin.verdict is Verdict.PASS, failed(twin)
+
+
+def test_listed_only_sizes_are_what_the_certificate_says_it_covers() -> None:
+    report = certify_kernel("add_wrong_unlisted_sizes_listed")
+    assert report.verdict is Verdict.PASS  # the spec asked for its listed sizes only...
+    scope = report.predicate()["probes"]["scope"]["n"]
+    assert scope["drawn"] == [] and scope["draw_up_to"] == "listed" and scope["max"] == 4096
+
+
+def test_the_same_seed_reproduces_every_condition_and_anchor() -> None:
+    first = certify_kernel("add_reads_guard", seed=11).predicate()["probes"]
+    again = certify_kernel("add_reads_guard", seed=11).predicate()["probes"]
+    assert first == again  # a kernel that reads the conditions gives the same bytes
