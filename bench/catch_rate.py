@@ -145,7 +145,9 @@ class KcertOutcome:
         return self.verdict != "pass"
 
 
-def run_kcert(spec_path: Path, executor: str) -> KcertOutcome:
+def run_kcert(spec_path: Path, executor: str, *, max_probes: int | None = None,
+              fresh_seed: int | None = None) -> KcertOutcome:  # fmt: skip
+    """Certify the spec's kernel; tests fix ``fresh_seed`` and cap ``max_probes``."""
     from kcert.certify.pipeline import CertifyOptions, certify
     from kcert.certify.report import Status
     from kcert.certify.spec import load_spec
@@ -154,7 +156,9 @@ def run_kcert(spec_path: Path, executor: str) -> KcertOutcome:
     start = time.perf_counter()
     try:
         kernel = load_spec(spec_path).kernels[0]
-        report = certify(kernel, CertifyOptions(executor=executor, minimize=False, timing=False))
+        options = CertifyOptions(executor=executor, max_probes=max_probes, fresh_seed=fresh_seed,
+                                 minimize=False, timing=False)  # fmt: skip
+        report = certify(kernel, options)
     except KcertError as exc:
         return KcertOutcome("refused", ["spec"], exc.diagnostics(), time.perf_counter() - start)
     wall = time.perf_counter() - start
@@ -172,8 +176,13 @@ class OracleOutcome:
     message: str = ""
     wall_s: float = 0.0
 
+    @property
+    def ran(self) -> bool:
+        """False when the kernel could not be launched at all (its spec is refused)."""
+        return not self.message.startswith("not run")
+
     def caught(self, tol: float) -> bool:
-        return self.mismatched[_tol_key(tol)]
+        return self.ran and self.mismatched[_tol_key(tol)]
 
 
 def _tol_key(tol: float) -> str:
@@ -195,7 +204,7 @@ def run_oracle(spec_path: Path, executor: str) -> OracleOutcome:
         launch = kernel.bind(dims)
         reference = Reference(kernel)
     except KcertError as exc:
-        return OracleOutcome(dict.fromkeys(keys, True), f"not run: {exc.diagnostics()}",
+        return OracleOutcome(dict.fromkeys(keys, False), f"not run: {exc.diagnostics()}",
                              time.perf_counter() - start)  # fmt: skip
     seeds: list[dict[str, np.ndarray[Any, Any]]] = []
     for seed in range(ORACLE_SEEDS):
@@ -367,69 +376,113 @@ def print_details(results: list[VariantResult]) -> None:
         if r.kcert.failed:
             line += f" [{', '.join(r.kcert.failed)}]"
         line += f" ({r.kcert.wall_s:.1f} s)"
-        if r.oracle is not None:
+        if r.oracle is not None and r.oracle.ran:
             marks = ", ".join(f"{k} {_mark(r.oracle.mismatched[k], original)}" for k in keys)
             line += f"; oracle {marks} ({r.oracle.wall_s:.1f} s)"
+        elif r.oracle is not None:
+            line += "; oracle not run"
         print(line)
+        if not original and r.description:
+            print(f"      {r.bug_class}: {r.description}")
         if r.kcert.message and (original or r.kcert.caught):
             print(f"      kcert: {r.kcert.message[:300]}")
         if r.oracle is not None and r.oracle.message and original:
             print(f"      oracle: {r.oracle.message[:300]}")
 
 
+def _measured(rows: list[VariantResult]) -> list[VariantResult]:
+    """Mutants whose verdict says something about the bug: not refused like their original."""
+    orig = next((r for r in rows if r.variant == "original"), None)
+    refused = orig is not None and orig.kcert.verdict == "refused"
+    return [r for r in rows if r.variant != "original"
+            and not (refused and r.kcert.verdict == "refused")]  # fmt: skip
+
+
 def print_table(results: list[VariantResult]) -> None:
+    """One row per kernel; then the totals against the goals."""
     keys = [_tol_key(t) for t in ORACLE_TOLERANCES]
     by_kernel: dict[str, list[VariantResult]] = {}
     for r in results:
         by_kernel.setdefault(r.kernel, []).append(r)
-    has_oracle = all(r.oracle is not None for r in results)
-    head = f"| {'kernel':14} | {'original (kcert)':18} | mutants | kcert caught |"
-    if has_oracle:
-        head += "".join(f" oracle {k} |" for k in keys)
-    head += " kcert s |" + (" oracle s |" if has_oracle else "")
-    print(head)
-    print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
-    totals = {"fa": 0, "orig": 0, "mut": 0, "kc": 0, "kt": 0.0, "ot": 0.0}
-    ocaught = dict.fromkeys(keys, 0)
-    ofa = dict.fromkeys(keys, 0)
+    with_oracle = any(r.oracle is not None for r in results)
+    head = ["kernel", "original: kcert", "mutants", "kcert caught"]
+    if with_oracle:
+        head += [f"oracle {k}: original / caught" for k in keys]
+    head += ["kcert s"] + (["oracle s"] if with_oracle else [])
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    fa = orig_n = mut_n = caught_n = 0
+    unmeasured = 0
+    kt_all = kt_both = ot_all = 0.0
+    o_fa = dict.fromkeys(keys, 0)
+    o_caught = dict.fromkeys(keys, 0)
+    o_n = o_orig = 0
     for name, rows in by_kernel.items():
         orig = next((r for r in rows if r.variant == "original"), None)
         muts = [r for r in rows if r.variant != "original"]
-        status = "-" if orig is None else (
-            "pass" if not orig.kcert.caught else f"{orig.kcert.verdict}: "
-            + ",".join(orig.kcert.failed))  # fmt: skip
-        caught = sum(r.kcert.caught for r in muts)
-        kt = sum(r.kcert.wall_s for r in rows)
-        line = f"| {name:14} | {status[:18]:18} | {len(muts):7} | {caught:>5} of {len(muts):<4} |"
-        if has_oracle:
+        measured = _measured(rows)
+        status = "-"
+        if orig is not None:
+            status = "pass" if not orig.kcert.caught else (
+                f"**{orig.kcert.verdict}** ({', '.join(orig.kcert.failed)})")  # fmt: skip
+        caught = sum(r.kcert.caught for r in measured)
+        cells = [name, status, str(len(muts)),
+                 f"{caught} of {len(measured)}" if measured else "not measured"]  # fmt: skip
+        ran = [r for r in muts if r.oracle is not None and r.oracle.ran]
+        if with_oracle:
+            orig_ran = orig is not None and orig.oracle is not None and orig.oracle.ran
             for k in keys:
-                oc = sum(bool(r.oracle and r.oracle.mismatched[k]) for r in muts)
-                fa = bool(orig and orig.oracle and orig.oracle.mismatched[k])
-                ocaught[k] += oc
-                ofa[k] += fa
-                cell = f"{oc} of {len(muts)}" + (" FA" if fa else "")
-                line += f" {cell:>{len(' oracle ' + k) - 1}} |"
-        ot = sum(r.oracle.wall_s for r in rows if r.oracle is not None)
-        line += f" {kt:7.1f} |" + (f" {ot:8.1f} |" if has_oracle else "")
-        print(line)
-        totals["orig"] += orig is not None
-        totals["fa"] += bool(orig and orig.kcert.caught)
-        totals["mut"] += len(muts)
-        totals["kc"] += caught
-        totals["kt"] += kt
-        totals["ot"] += ot
-    mut = int(totals["mut"]) or 1
+                if not orig_ran and not ran:
+                    cells.append("not run")
+                    continue
+                first = "-"
+                if orig is not None and orig.oracle is not None and orig_ran:
+                    first = "**false alarm**" if orig.oracle.mismatched[k] else "pass"
+                    o_fa[k] += orig.oracle.mismatched[k]
+                got = sum(r.oracle.mismatched[k] for r in ran if r.oracle is not None)
+                o_caught[k] += got
+                cells.append(f"{first} / {got} of {len(ran)}")
+            o_n += len(ran)
+            o_orig += orig_ran
+        kt = sum(r.kcert.wall_s for r in rows)
+        ot = sum(r.oracle.wall_s for r in rows if r.oracle is not None and r.oracle.ran)
+        cells.append(f"{kt:.0f}")
+        if with_oracle:
+            cells.append(f"{ot:.0f}" if ot else "-")
+        print("| " + " | ".join(cells) + " |")
+        orig_n += orig is not None
+        fa += bool(orig is not None and orig.kcert.caught)
+        mut_n += len(measured)
+        unmeasured += len(muts) - len(measured)
+        caught_n += caught
+        kt_all += kt
+        kt_both += sum(r.kcert.wall_s for r in rows if r.oracle is not None and r.oracle.ran)
+        ot_all += ot
     print()
-    print(f"kcert: {int(totals['fa'])} false alarm(s) on {int(totals['orig'])} originals; "
-          f"{int(totals['kc'])} of {int(totals['mut'])} mutants caught "
-          f"({totals['kc'] / mut:.0%}); {totals['kt']:.0f} s")  # fmt: skip
-    if has_oracle:
+    share = f" ({caught_n / mut_n:.0%})" if mut_n else ""
+    print(f"kcert: {fa} false alarm(s) on {orig_n} originals; {caught_n} of {mut_n} mutants "
+          f"caught{share}" + (f"; {unmeasured} not measured (their spec is refused, as the "
+                              f"original's)" if unmeasured else ""))  # fmt: skip
+    if with_oracle:
         for k in keys:
-            print(f"oracle at atol = rtol = {k}: {ofa[k]} false alarm(s); {ocaught[k]} of "
-                  f"{int(totals['mut'])} mutants caught ({ocaught[k] / mut:.0%})")  # fmt: skip
-        if totals["ot"]:
-            print(f"wall time: kcert {totals['kt']:.0f} s, oracle {totals['ot']:.0f} s "
-                  f"(ratio {totals['kt'] / totals['ot']:.1f}x)")  # fmt: skip
+            share = f" ({o_caught[k] / o_n:.0%})" if o_n else ""
+            print(f"oracle at atol = rtol = {k}: {o_fa[k]} false alarm(s) on {o_orig} "
+                  f"originals; {o_caught[k]} of {o_n} mutants caught{share}")  # fmt: skip
+        if ot_all:
+            print(f"wall time over the variants both ran: kcert {kt_both:.0f} s, oracle "
+                  f"{ot_all:.0f} s, ratio {kt_both / ot_all:.1f}x (kcert over all: "
+                  f"{kt_all:.0f} s)")  # fmt: skip
+
+
+def load_results(path: Path) -> list[VariantResult]:
+    """Results saved by ``--json``, to print their table again."""
+    results = []
+    for row in json.loads(path.read_text()):
+        oracle = OracleOutcome(**row["oracle"]) if row["oracle"] is not None else None
+        results.append(VariantResult(row["kernel"], row["variant"], row["bug_class"],
+                                     row["description"], KcertOutcome(**row["kcert"]),
+                                     oracle))  # fmt: skip
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -444,7 +497,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-oracle", dest="oracle", action="store_false")
     parser.add_argument("--executor", default="auto")
     parser.add_argument("--json", type=Path, default=None, help="also write every result here")
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="print the tables of results saved by --json, running nothing")
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        saved = load_results(args.from_json)
+        print_table(saved)
+        print()
+        print("per variant:")
+        print_details(saved)
+        return 0
     from kcert.errors import KcertError
 
     only = {n for n in args.only.split(",") if n} or None
