@@ -311,9 +311,7 @@ def oracle_child(job_dir: Path) -> int:
                 if arg["intent"] != "in":
                     outputs[arg["name"]] = tensor
                 positional.append(tensor)
-            elif arg["kind"] == "const":
-                keywords[arg["name"]] = arg["value"]
-            else:
+            else:  # scalars and constexprs alike, in the kernel's own order
                 positional.append(arg["value"])
         if job["num_warps"] is not None:
             keywords["num_warps"] = job["num_warps"]

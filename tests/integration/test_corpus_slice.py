@@ -74,7 +74,9 @@ SLICE = [
     ("softmax", None, frozenset()),
     ("softmax", "fill_zero", frozenset({"correctness"})),
     ("softmax", "row_step_plus_one", frozenset({"coverage"})),
-    ("matmul", "k_tail_dropped", frozenset({"correctness"})),
+    ("swiglu", None, frozenset()),
+    ("swiglu", "mask_off_by_one", frozenset({"bounds"})),
+    ("cross_entropy", "no_max_subtraction", frozenset({"correctness", "special-values"})),
 ]
 
 
