@@ -235,7 +235,8 @@ def run_oracle(spec_path: Path, executor: str) -> OracleOutcome:
     with tempfile.TemporaryDirectory(prefix="kcert-oracle-") as tmp:
         job = Path(tmp)
         for i, inputs in enumerate(seeds):
-            np.savez(job / f"in{i}.npz", **{k: _storable(v) for k, v in inputs.items()})
+            stored: dict[str, Any] = {k: _storable(v) for k, v in inputs.items()}
+            np.savez(job / f"in{i}.npz", **stored)
         (job / "job.json").write_text(json.dumps({
             "source": str(kernel.source), "entry": kernel.entry, "args": args,
             "grid": list(launch.grid), "seeds": len(seeds), "num_warps": kernel.num_warps,
