@@ -477,19 +477,20 @@ def test_rerun_on_the_gpu_reproduces_every_anchor(
 def test_replay_all_follows_every_decision_from_the_history_before_it(
     registry: Registry,
 ) -> None:
-    # Nothing to prove the leaves with yet: unverified, which fails unless accepted.
-    unproved = _run("replay", "--all", "--json")
-    assert unproved.exit_code == 1, unproved.output
-    assert [u["kind"] for u in _json(unproved)["unverified"]] == ["log"]
-    assert _run("replay", "--all", "--allow-unverified").exit_code == 0
+    # The embedded registry proves its leaves with its own log key and checkpoint file.
+    first = _run("replay", "--all", "--json")
+    assert first.exit_code == 0, first.output
+    checkpoint = registry.home / "log-checkpoint"
     assert _run("verify", "--trust-on-first-use").exit_code == 0
     result = _run("replay", "--all", "--json")
     assert result.exit_code == 0, result.output
-    assert _json(result) == {
+    body = _json(result)
+    assert body == {
         "same": True, "decisions": 3, "differences": [], "log": [], "unverified": [],
         "proved_against": ["the log's signed checkpoint (size 8)",
+                           f"the server's last signed checkpoint ({checkpoint}) (size 8)",
                            "the last audited checkpoint (size 8)"],
-    }  # fmt: skip
+    }, body  # fmt: skip
     assert _run("replay").exit_code == 2
     assert _run("replay", "1", "--all").exit_code == 2
     # The grant logged again after the drift: its inputs are no longer the log's state.
@@ -508,6 +509,11 @@ def test_replay_all_follows_every_decision_from_the_history_before_it(
 
 def test_replay_all_over_http(served: Registry) -> None:
     url = ("--registry", "http://testserver")
+    # Nothing pinned to prove the leaves with: unverified, which fails unless accepted.
+    unproved = _run("replay", "--all", *url, "--json")
+    assert unproved.exit_code == 1, unproved.output
+    assert [u["kind"] for u in _json(unproved)["unverified"]] == ["log"]
+    assert _run("replay", "--all", *url, "--allow-unverified").exit_code == 0
     assert _run("verify", *url, "--trust-on-first-use").exit_code == 0
     result = _run("replay", "--all", *url, "--json")
     assert result.exit_code == 0, result.output
