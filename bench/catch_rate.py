@@ -217,7 +217,7 @@ def run_oracle(spec_path: Path, executor: str) -> OracleOutcome:
             if buf.dtype in ("f16", "bf16", "f32", "f64"):
                 inputs[buf.name] = rng.standard_normal(shape).astype(host_dtype(buf.dtype))
             else:
-                domain = kernel.values.get(buf.name)
+                domain = launch.domains.get(buf.name, kernel.values.get(buf.name))
                 lo, hi = (int(np.ceil(domain.a)), int(np.ceil(domain.b))) if (
                     domain is not None and domain.kind == "uniform") else (0, 64)
                 inputs[buf.name] = rng.integers(lo, hi, shape).astype(host_dtype(buf.dtype))

@@ -123,6 +123,7 @@ class ModuleRules:
         self.constants: set[str] = set()
         self.config_lists: set[str] = set()
         self.kernels: set[str] = set()
+        self.locals: set[int] = set()  # the Name nodes of the jit body being walked that are locals
 
     def add(self, node: ast.AST, what: str, todo: str = REMOVE) -> None:
         line, col = getattr(node, "lineno", 1), getattr(node, "col_offset", 0)
@@ -452,6 +453,7 @@ class ModuleRules:
 
     def kernel_body(self, fn: ast.FunctionDef) -> None:
         """What a jit body may not hold, since the interpreter runs it as Python."""
+        self.locals = _local_names(fn)
         stack: list[ast.AST] = list(reversed(fn.body))
         while stack:
             node = stack.pop()
@@ -464,7 +466,7 @@ class ModuleRules:
 
     def kernel_problem(self, node: ast.AST) -> str | None:
         if isinstance(node, ast.Name):
-            if node.id in BANNED_NAMES or dunder(node.id):
+            if dunder(node.id) or node.id in BANNED_NAMES and id(node) not in self.locals:
                 return f"a use of {node.id}"
             return name_problem(node, self.aliases)
         if isinstance(node, ast.Attribute | ast.Subscript) and not isinstance(node.ctx, ast.Load):
@@ -486,6 +488,59 @@ class ModuleRules:
             what = f"a {kind.lower()} statement" if isinstance(node, ast.stmt) else _describe(node)
             return f"{what}, which Triton does not compile,"
         return None
+
+
+def _local_names(fn: ast.FunctionDef) -> set[int]:
+    """The ``id`` of each Name node in ``fn``'s body that surely names a local, not a builtin.
+
+    A parameter is a local everywhere. A plain assignment binds its names for the
+    statements after it in the same block (and the blocks inside them); a for loop
+    binds its target for its body. Anything weaker (a binding in one branch of an
+    if, before the loop that may not run, an augmented assignment, a walrus)
+    binds nothing here: Triton's code generator resolves a name that its scope
+    does not hold yet as a builtin, so ``input = input`` reads the builtin.
+    """
+    params = fn.args
+    args = [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg]
+    found: set[int] = set()
+    _bind_block(fn.body, frozenset(a.arg for a in args if a is not None), found)
+    return found
+
+
+def _bind_block(body: list[ast.stmt], bound: frozenset[str], found: set[int]) -> None:
+    for stmt in body:
+        targets: list[ast.expr] = []
+        if isinstance(stmt, ast.Assign):
+            targets = [p for t in stmt.targets for p in _unpacked(t)]
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets = [stmt.target]
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        found.update(id(t) for t in targets if isinstance(t, ast.Name))
+        if isinstance(stmt, ast.For | ast.If | ast.While | ast.With):
+            _bind_compound(stmt, bound, found)
+        else:
+            found.update(id(n) for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id in bound)
+        bound |= names
+
+
+def _bind_compound(
+    stmt: ast.For | ast.If | ast.While | ast.With, bound: frozenset[str], found: set[int]
+) -> None:
+    """The parts a compound statement runs before its blocks see ``bound``; its blocks recurse."""
+    inner = bound
+    if isinstance(stmt, ast.For):
+        heads: list[ast.AST] = [stmt.iter]
+        loop = [p for p in _unpacked(stmt.target) if isinstance(p, ast.Name)]
+        found.update(id(p) for p in loop)
+        inner = bound | {p.id for p in loop}
+    elif isinstance(stmt, ast.If | ast.While):
+        heads = [stmt.test]
+    else:
+        heads = list(stmt.items)
+    for head in heads:
+        found.update(id(n) for n in ast.walk(head) if isinstance(n, ast.Name) and n.id in bound)
+    _bind_block(stmt.body, inner, found)
+    _bind_block(getattr(stmt, "orelse", []), bound, found)  # a for's else runs after its loop
 
 
 def _unpacked(target: ast.expr) -> list[ast.expr]:

@@ -302,9 +302,10 @@ class KernelSpec:
         by_name = {a.name: a for a in self.args}
         order = self.order or tuple(a.name for a in self.args
                                     if isinstance(a, ScalarArg | ConstArg))  # fmt: skip
+        key = "args"  # the arg being evaluated, named in the error if it fails
         try:
             for name in order:
-                arg = by_name[name]
+                arg, key = by_name[name], f"args.{name}"
                 if isinstance(arg, ScalarArg):
                     value = arg.value.evaluate(env)
                     if arg.dtype not in FLOAT_DTYPES and not isinstance(value, int):
@@ -315,12 +316,13 @@ class KernelSpec:
                     consts[arg.name] = self._const_value(arg, env)
                     if not isinstance(consts[arg.name], str):
                         env[arg.name] = consts[arg.name]  # type: ignore[assignment]
+            key = "args"
             shapes = {b.name: tuple(e.evaluate_int(env) for e in b.shape) for b in self.buffers}
             grid = tuple(e.evaluate_int(env) for e in self.grid)
             block = tuple(e.evaluate_int(env) for e in self.block)
             shared_mem = self.shared_mem.evaluate_int(env)
         except ExprError as exc:
-            raise self.error("args", f"with dims {dict(dims)}: {exc.diagnostics()}") from exc
+            raise self.error(key, f"with dims {dict(dims)}: {exc.diagnostics()}") from exc
         for name, shape in shapes.items():
             if any(extent < 0 for extent in shape):
                 raise self.error(f"args.{name}", f"negative extent {shape} with dims {dict(dims)}")

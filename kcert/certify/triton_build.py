@@ -120,17 +120,21 @@ def const_sets(kernel: KernelSpec) -> list[dict[str, ConstValue]]:
     names = list(kernel.dims)
     values = [sorted(kernel.dims[n], reverse=True) for n in names]
     found: list[dict[str, ConstValue]] = []
+    first: SpecError | None = None  # why the first rejected combination was, for the error
     for combo in itertools.islice(itertools.product(*values), _MAX_DIM_COMBINATIONS):
         try:
             consts = dict(kernel.bind(dict(zip(names, combo, strict=True))).consts)
-        except SpecError:
+        except SpecError as exc:
+            first = first or exc
             continue  # a combination the launch rejects is not built either
         if consts not in found:
             found.append(consts)
             if len(found) == MAX_CONST_SETS:
                 break
     if not found:
-        raise kernel.error("dims", "no combination of dims gives a valid launch")
+        cause = f"; the first fails {first.message}" if first is not None else ""
+        key = first.key if first is not None and first.key is not None else "dims"
+        raise kernel.error(key, f"no combination of dims gives a valid launch{cause}")
     return found
 
 

@@ -373,3 +373,52 @@ ALLOWED["the public Triton API, tensor methods and properties"] = (
 @pytest.mark.parametrize("source", ALLOWED.values(), ids=ALLOWED.keys())
 def test_allowed_forms_pass(source: str) -> None:
     assert found(source) == []
+
+
+#: A kernel body may name its own locals as it likes (attorch calls one ``input``);
+#: what it may not do is read the builtin, which a name no binding surely precedes is.
+SHADOWING = [
+    ("a local assigned first", "input = tl.load(x)\n    if n > 0:\n        input = -input\n"
+     "    tl.store(x, input)", []),
+    ("a parameter", None, []),
+    ("a for target in its loop", "for len in range(n):\n        tl.store(x + len, len)", []),
+    ("a tuple target", "a, type = n, n\n    tl.store(x, type)", []),
+    ("the builtin on the right of its own binding", "input = input",
+     [(7, "a use of input in @triton.jit k")]),
+    ("the builtin before the binding", "a = input\n    input = 1",
+     [(7, "a use of input in @triton.jit k")]),
+    ("a binding in one branch only", "if n > 0:\n        input = 1\n    a = input",
+     [(9, "a use of input in @triton.jit k")]),
+    ("a for target after its loop", "for input in range(n):\n        pass\n    a = input",
+     [(9, "a use of input in @triton.jit k")]),
+    ("a for target in its own range", "for input in range(input):\n        pass",
+     [(7, "a use of input in @triton.jit k")]),
+    ("an augmented assignment reads first", "input += 1",
+     [(7, "a use of input in @triton.jit k")]),
+    ("a walrus binds nothing here", "a = (input := 1)\n    b = input",
+     [(7, "a use of input in @triton.jit k"), (8, "a use of input in @triton.jit k")]),
+    ("an annotation without a value", "input: tl.constexpr\n    a = input",
+     [(7, "a use of input in @triton.jit k"), (8, "a use of input in @triton.jit k")]),
+    ("a dunder stays refused even when bound", "__import__ = 1\n    a = __import__",
+     [(7, "a use of __import__"), (8, "a use of __import__")]),
+    ("a binding in the kernel leaves its helper alone", None,
+     [(13, "a use of input in @triton.jit h")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"), [c[1:] for c in SHADOWING], ids=[c[0] for c in SHADOWING]
+)
+def test_a_local_shadows_a_banned_builtin_only_where_surely_bound(
+    body: str | None, expected: list[tuple[int, str]]
+) -> None:
+    if body is not None:
+        source = kernel(body)
+    elif expected:
+        source = kernel("input = 1\n    h(x)") + "\n\n@triton.jit\ndef h(x):\n    a = input\n"
+    else:
+        source = KERNEL.replace("def k(x,", "def k(input, len,").format(body="tl.store(input, len)")
+    findings = found(source)
+    assert [line for line, _ in findings] == [line for line, _ in expected], findings
+    for (_, message), (_, fragment) in zip(findings, expected, strict=True):
+        assert fragment in message

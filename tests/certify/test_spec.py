@@ -421,7 +421,7 @@ def test_a_plain_const_still_refuses_a_float_and_says_how_to_write_one(folder: P
     table["args"]["c"] = "const = 0.5"
     with pytest.raises(SpecError, match="const float") as info:
         parse(folder, table).bind({"n": 33})
-    assert "key 'args'" in info.value.diagnostics()
+    assert "key 'args.c'" in info.value.diagnostics()  # the const that failed
 
 
 def test_a_domain_over_the_dims_is_evaluated_per_probe(folder: Path) -> None:

@@ -7,6 +7,7 @@ later argument, an unused pointer and a reference that answers in bfloat16.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -262,3 +263,24 @@ def test_a_reference_that_answers_in_bfloat16(kernels: dict[str, KernelSpec]) ->
     answer = Reference(kernel)(make_inputs(kernel, probe), probe.launch)
     assert answer["out"].dtype == np.float64
     certified(kernel)
+
+
+def test_a_float_in_an_integer_const_is_named_as_the_cause(tmp_path: Path) -> None:
+    """``const = 1e-6`` fails at every dim, so no launch is valid: the error says why."""
+    from kcert.certify.spec import SpecError
+    from kcert.certify.triton_build import const_sets
+
+    (tmp_path / "kernels.py").write_text(textwrap.dedent(KERNELS))
+    (tmp_path / "reference.py").write_text(textwrap.dedent(REFERENCE))
+    spec = SPEC.replace('EPS = "const float = 1e-5"', 'EPS = "const = 1e-5"')
+    (tmp_path / "kcert.toml").write_text(spec)
+    kernel = next(k for k in load_spec(tmp_path / "kcert.toml").kernels if k.name == "rms_scale")
+    with pytest.raises(SpecError) as caught:
+        const_sets(kernel)
+    assert caught.value.key == "args.EPS"
+    assert "no combination of dims gives a valid launch" in caught.value.message
+    assert "'1e-5' must give an integer" in caught.value.message
+    assert 'EPS = "const float = ..."' in caught.value.message
+    with pytest.raises(SpecError) as bound:
+        kernel.bind({"n": 33})
+    assert bound.value.key == "args.EPS"
