@@ -10,6 +10,8 @@ seen a tree this one does not extend: that is evidence against the log itself
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -96,15 +98,32 @@ def _held_size(endpoint: WitnessEndpoint, response: httpx.Response) -> int:
 
 
 def _verified_lines(endpoint: WitnessEndpoint, note: str, text: str) -> str:
-    """Only the lines by the configured key, and only when they verify on ``note``."""
+    """Only the lines by the configured key (name *and* key id), and only when they verify.
+
+    Anything else a witness returns (another key's line, a line named like the
+    log) is dropped, never stored: the checkpoint file keeps the log's own
+    signature and verified cosignatures, nothing a witness chose to add.
+    """
     lines = [line for line in text.splitlines() if line]
     if not lines or not all(line.startswith("\u2014 ") for line in lines):
         raise WitnessSubmitError(f"{endpoint.label} answered 200 without signature lines")
+    own = "".join(f"{line}\n" for line in lines if _is_by(endpoint.key, line))
+    if not own:
+        raise WitnessSubmitError(f"{endpoint.label} answered no cosignature by its key")
     try:
-        endpoint.key.verify(add_signature_lines(note, text))
+        endpoint.key.verify(add_signature_lines(note, own))
     except LogError as exc:
         raise WitnessSubmitError(f"{endpoint.label} answered no valid cosignature: {exc}") from exc
-    own = [
-        line for line in lines if line.split(" ", 2)[1:2] == [endpoint.key.name]
-    ]  # fmt: skip
-    return "".join(f"{line}\n" for line in own)
+    return own
+
+
+def _is_by(key: CosignerKey, line: str) -> bool:
+    """Whether the signature ``line`` names ``key`` and carries its key id."""
+    parts = line[2:].split(" ")
+    if len(parts) != 2 or parts[0] != key.name:
+        return False
+    try:
+        blob = base64.b64decode(parts[1].encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        return False
+    return blob[:4] == key.key_id

@@ -86,6 +86,12 @@ class CheckpointGuard:
     ) -> None:  # fmt: skip
         self.path = home / CHECKPOINT_FILE
         self.signer = signer
+        for endpoint in witnesses:
+            if endpoint.key.name == signer.name:
+                raise LogError(
+                    f"KCERT_WITNESSES: {endpoint.label} is named like this log's origin "
+                    f"{signer.name!r}; a witness needs a name of its own"
+                )
         self.witnesses = tuple(witnesses)
         self._client = client
         self._timeout = witness_timeout
