@@ -21,7 +21,7 @@ import httpx
 from kcert.log.cosignature import CosignerKey, add_signature_lines
 from kcert.log.errors import LogError
 from kcert.log.note import Checkpoint
-from kcert.log.witness import SIZE_MEDIA_TYPE, AddCheckpoint
+from kcert.log.witness import SIZE_MEDIA_TYPE, AddCheckpoint, origin_hash
 
 _SIZE_BODY = re.compile(r"^(0|[1-9][0-9]{0,19})\n$")
 
@@ -33,7 +33,13 @@ class WitnessSubmitError(LogError):
 
 
 class WitnessSawOtherTree(WitnessSubmitError):
-    """A witness holds a tree of this log that the new checkpoint does not extend."""
+    """A witness *claims* a tree of this log that the new checkpoint does not extend.
+
+    A claim, not proof: a bare ``409``/``422`` carries no signature, so anyone
+    on the path (or the witness itself) can send one. The log asks the witness
+    for the checkpoint it holds (:func:`held_checkpoint`) and treats only one
+    signed by the log's own key as evidence.
+    """
 
     kind = "witness-inconsistent"
 
@@ -89,6 +95,16 @@ def submit(
     raise WitnessSubmitError(f"{endpoint.label} kept changing its size; try again later")
 
 
+def held_checkpoint(endpoint: WitnessEndpoint, origin: str, client: httpx.Client) -> str | None:
+    """The note the witness holds for ``origin`` (its monitoring read), or ``None``."""
+    url = f"{endpoint.url.rstrip('/')}/{origin_hash(origin)}/checkpoint"
+    try:
+        response = client.get(url)
+    except httpx.HTTPError:
+        return None
+    return response.text if response.status_code == 200 else None
+
+
 def _held_size(endpoint: WitnessEndpoint, response: httpx.Response) -> int:
     media = response.headers.get("content-type", "").split(";")[0].strip()
     match = _SIZE_BODY.match(response.text)
@@ -107,7 +123,7 @@ def _verified_lines(endpoint: WitnessEndpoint, note: str, text: str) -> str:
     lines = [line for line in text.splitlines() if line]
     if not lines or not all(line.startswith("\u2014 ") for line in lines):
         raise WitnessSubmitError(f"{endpoint.label} answered 200 without signature lines")
-    own = "".join(f"{line}\n" for line in lines if _is_by(endpoint.key, line))
+    own = "".join(f"{line}\n" for line in lines if is_by(endpoint.key, line))
     if not own:
         raise WitnessSubmitError(f"{endpoint.label} answered no cosignature by its key")
     try:
@@ -117,7 +133,14 @@ def _verified_lines(endpoint: WitnessEndpoint, note: str, text: str) -> str:
     return own
 
 
-def _is_by(key: CosignerKey, line: str) -> bool:
+def with_cosignature(note: str, key: CosignerKey, lines: str) -> str:
+    """``note`` with ``key``'s signature lines replaced by ``lines`` (a fresher cosignature)."""
+    body, sep, signatures = note.partition("\n\n")
+    kept = [line for line in signatures.splitlines() if line and not is_by(key, line)]
+    return body + sep + "".join(f"{line}\n" for line in kept) + lines
+
+
+def is_by(key: CosignerKey, line: str) -> bool:
     """Whether the signature ``line`` names ``key`` and carries its key id."""
     parts = line[2:].split(" ")
     if len(parts) != 2 or parts[0] != key.name:

@@ -38,7 +38,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from kcert.errors import KcertError
-from kcert.log.cosignature import CosignerKey, add_signature_lines
+from kcert.log.cosignature import CosignerKey
 from kcert.log.errors import LogError, NoteError, ProofError, SignatureError
 from kcert.log.note import Checkpoint, Signer, open_checkpoint
 from kcert.log.proofs import verify_consistency
@@ -46,7 +46,9 @@ from kcert.log.witness_client import (
     WitnessEndpoint,
     WitnessSawOtherTree,
     WitnessSubmitError,
+    held_checkpoint,
     submit,
+    with_cosignature,
 )
 from kcert.registry import audit
 from kcert.registry.config import WitnessConfig
@@ -56,6 +58,9 @@ from kcert.registry.db import read_session
 CHECKPOINT_FILE = "log-checkpoint"
 #: Seconds before a witness that failed is asked again.
 WITNESS_RETRY_S = 30.0
+#: Seconds after which a tree that did not grow is shown to its witnesses again, for a
+#: fresh cosignature (so ``kcert audit verify --witness-max-age`` can ask for one).
+WITNESS_REFRESH_S = 60.0
 
 log = logging.getLogger("kcert.log")
 
@@ -97,6 +102,9 @@ class CheckpointGuard:
         self._timeout = witness_timeout
         self._mutex = threading.Lock()
         self._retry_at: dict[str, float] = {}
+        #: (witness url, size, root) each witness has cosigned for this process: a reused
+        #: note is submitted again until its witnesses confirm it (see :meth:`_cosign`).
+        self._confirmed: dict[tuple[str, int, bytes], float] = {}
         #: Why the log is unhealthy, as last found by this process; ``None`` when it is not.
         self.alarm: LogInconsistent | None = None
         #: The largest tree size this process knows was signed (never above the truth).
@@ -126,6 +134,12 @@ class CheckpointGuard:
         """The database's tree, proved to extend ``last``; :class:`LogInconsistent` if not."""
         session.rollback()  # a snapshot taken now, after the lock, not before it
         current = audit.checkpoint(session, self.signer)
+        if current.size < self.signed_size:  # e.g. the file was swapped for an older one
+            raise LogInconsistent(
+                f"rollback: the database holds {current.size} log entries, but this log "
+                f"signed a checkpoint of {self.signed_size}; the database was restored "
+                "from an older copy or entries were deleted. Refusing to sign."
+            )
         if last is None:
             return current
         if current.size < last.size:
@@ -174,7 +188,9 @@ class CheckpointGuard:
         """Check once when a server starts; an inconsistency is reported, not raised."""
         try:
             with read_session(engine) as session:
-                self.check(session)
+                # With witnesses, sign: the checkpoint file is shown to them at once, so an
+                # older cosigned file put back with the database is found at start.
+                _ = self.sign(session) if self.witnesses else self.check(session)
         except LogInconsistent:
             pass  # alarm set and logged: the server starts, unhealthy, and says so
         except (KcertError, SQLAlchemyError) as exc:
@@ -188,10 +204,12 @@ class CheckpointGuard:
         """The checkpoint of the database's tree, signed (with cosignatures) or refused."""
         with self._locked():
             try:
+                known = self.signed_size  # before last() raises it to the file's size
                 last = self.last()
+                self.signed_size = known
                 current = self._current(session, last[0] if last else None)
                 if last is not None and last[0].size == current.size:
-                    note = last[1]
+                    note = last[1]  # reused: still shown to every witness (see _cosign)
                     fresh = False
                 else:
                     note = current.sign(self.signer)
@@ -208,11 +226,21 @@ class CheckpointGuard:
     def _cosign(
         self, session: Session, note: str, current: Checkpoint, last: Checkpoint | None
     ) -> tuple[str, bool]:
-        """Ask each witness whose cosignature ``note`` lacks; the note with what they gave."""
+        """Ask each witness that has not cosigned ``note`` for this process; the note with theirs.
+
+        A note read back from the file (the tree did not grow) is submitted too,
+        at a process's first signing and every ``WITNESS_REFRESH_S`` after, even
+        when it already carries the witness's cosignature: a file swapped for an
+        older cosigned note, with the database rolled back to its size, is then
+        answered by a witness that holds a larger tree, and the rollback is
+        found; and the cosignature served stays fresh.
+        """
+        now = time.monotonic()
         due = [
             endpoint for endpoint in self.witnesses
-            if not endpoint.key.cosignatures(note)
-            and time.monotonic() >= self._retry_at.get(endpoint.url, 0.0)
+            if now >= self._confirmed.get((endpoint.url, current.size, current.root), -1e18)
+            + WITNESS_REFRESH_S
+            and now >= self._retry_at.get(endpoint.url, 0.0)
         ]  # fmt: skip
         if not due:
             return note, False
@@ -235,15 +263,60 @@ class CheckpointGuard:
                     client=client,
                 )  # fmt: skip
             except WitnessSawOtherTree as exc:
-                raise LogInconsistent(f"{exc}. Refusing to sign.") from exc
+                self._weigh(session, endpoint, client, current, exc)  # raises on evidence
+                exc_text: str = f"{exc}, but it shows no checkpoint of this log that proves it"
             except WitnessSubmitError as exc:
-                log.error("no cosignature for the checkpoint of size %d: %s", current.size, exc)
-                self._retry_at[endpoint.url] = time.monotonic() + WITNESS_RETRY_S
+                exc_text = str(exc)
+            else:
+                self._retry_at.pop(endpoint.url, None)
+                self._confirmed[(endpoint.url, current.size, current.root)] = time.monotonic()
+                note = with_cosignature(note, endpoint.key, lines)
+                gained = True
                 continue
-            self._retry_at.pop(endpoint.url, None)
-            note = add_signature_lines(note, lines)
-            gained = True
+            # A witness failure: logged and retried, never a reason to stop the log.
+            log.error("no cosignature for the checkpoint of size %d: %s", current.size, exc_text)
+            self._retry_at[endpoint.url] = time.monotonic() + WITNESS_RETRY_S
         return note, gained
+
+    def _weigh(
+        self, session: Session, endpoint: WitnessEndpoint, client: httpx.Client,
+        current: Checkpoint, claim: WitnessSawOtherTree,
+    ) -> None:  # fmt: skip
+        """Raise :class:`LogInconsistent` when the witness *proves* its claim, else return.
+
+        A ``409``/``422`` is unsigned; proof is the checkpoint the witness holds
+        for this log, signed by the log's own key, that the database's tree does
+        not extend (larger, another root at the same size, or no consistency).
+        """
+        note = held_checkpoint(endpoint, self.signer.name, client)
+        if note is None:
+            return
+        try:
+            held = open_checkpoint(note, self.signer.verifier)
+        except (NoteError, SignatureError):
+            return
+        where = f"{endpoint.label} holds a checkpoint of {held.size} entries signed by this log"
+        if held.size > current.size:
+            raise LogInconsistent(
+                f"rollback: {where}, but the database holds {current.size}; the database was "
+                "restored from an older copy or entries were deleted. Refusing to sign."
+            )
+        if held.size == current.size:
+            if held.root != current.root:
+                raise LogInconsistent(
+                    f"fork: {where}, with another root than the database's tree of that size. "
+                    "Refusing to sign."
+                )
+            return
+        if held.size > 0:
+            try:
+                proof = audit.consistency_proof(session, held.size, current.size)
+                verify_consistency(held.size, current.size, held.root, current.root, proof)
+            except (ProofError, LogError) as exc:
+                raise LogInconsistent(
+                    f"fork: {where}, which the database's tree of {current.size} does not "
+                    f"extend: {exc}. Refusing to sign."
+                ) from exc
 
     # --- files -------------------------------------------------------------------------------
 
