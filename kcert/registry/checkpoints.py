@@ -109,6 +109,13 @@ class CheckpointGuard:
         self.alarm: LogInconsistent | None = None
         #: The largest tree size this process knows was signed (never above the truth).
         self.signed_size = 0
+        #: The largest database tree this process proved to extend the signed checkpoint;
+        #: the gate allows from no larger tree before :meth:`verify` has proved it.
+        self.verified_size = 0
+        #: The database :meth:`verify` reads (set by :meth:`startup`).
+        self._engine: Engine | None = None
+        #: (mtime, inode, size) of the checkpoint file when :meth:`floor` last read it.
+        self._stamp: tuple[int, int, int] | None = None
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -182,10 +189,24 @@ class CheckpointGuard:
             except LogInconsistent as exc:
                 raise self._raise(exc) from None
         self.alarm = None
+        self.verified_size = max(self.verified_size, current.size)
         return current
+
+    def verify(self) -> None:
+        """Prove the database's tree now (the gate, before allowing from a larger tree)."""
+        if self._engine is None:
+            return
+        try:
+            with read_session(self._engine) as session:
+                self.check(session)
+        except LogInconsistent:
+            pass  # alarm set and logged: the gate denies
+        except (KcertError, SQLAlchemyError) as exc:
+            log.warning("could not check the audit log for the gate: %s", type(exc).__name__)
 
     def startup(self, engine: Engine) -> None:
         """Check once when a server starts; an inconsistency is reported, not raised."""
+        self._engine = engine
         try:
             with read_session(engine) as session:
                 # With witnesses, sign: the checkpoint file is shown to them at once, so an
@@ -221,6 +242,7 @@ class CheckpointGuard:
                 self._write(note)
             self.signed_size = max(self.signed_size, current.size)
         self.alarm = None
+        self.verified_size = max(self.verified_size, current.size)
         return note
 
     def _cosign(
@@ -339,8 +361,28 @@ class CheckpointGuard:
     # --- what the gate asks, per request (no I/O) ----------------------------------------------
 
     def floor(self) -> int:
-        """A size this log has signed; read it *before* reading the database's size."""
+        """A size this log has signed; read it *before* reading the database's size.
+
+        One ``stat`` per call: when the checkpoint file changed (another worker
+        of this home signed), it is read again, so every worker's floor follows
+        the newest checkpoint, not the one it read at start.
+        """
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self.signed_size
+        stamp = (st.st_mtime_ns, st.st_ino, st.st_size)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self.last()
+            except LogInconsistent as exc:
+                self._raise(exc)
         return self.signed_size
+
+    def needs_verifying(self, version: int) -> bool:
+        """Whether the database's tree at ``version`` is larger than any proved (no I/O)."""
+        return self._engine is not None and version > self.verified_size
 
     def refusal(self, version: int, floor: int) -> str | None:
         """Why no gate may allow at log size ``version`` (read after ``floor``), or ``None``."""
@@ -354,6 +396,12 @@ class CheckpointGuard:
             )
         if self.alarm is not None:
             return f"the registry's audit log is unhealthy (log-inconsistent): {self.alarm}"
+        if self.needs_verifying(version):  # verify() ran and could not prove it
+            return (
+                f"the registry's audit log could not be checked at {version} entries "
+                "(log-unverified): the gate allows only from a tree proved to extend the last "
+                "signed checkpoint"
+            )
         return None
 
     def close(self) -> None:

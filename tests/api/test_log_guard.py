@@ -278,3 +278,55 @@ def test_the_server_checkpoints_every_change_and_finds_a_fork_unasked(
 
         _wait_for("the gate to fail closed", denied_for_the_log)
         assert signed_size() == signed  # the forked tree was never signed
+
+
+def _rewind_to_revocation(engine: Engine) -> None:
+    """Delete the revocation's leaf and all after it; the promotion is active again."""
+    with engine.connect() as conn:
+        index = conn.execute(text(
+            "SELECT leaf_index FROM log_entry WHERE kind = 'certificate.revoked'"
+        )).scalar_one()  # fmt: skip
+    _delete_newest(engine, int(index))
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE promotion SET status = 'active', suspended_at = NULL, "
+                          "suspend_reason = NULL"))  # fmt: skip
+
+
+def test_the_gate_never_allows_from_a_fork_padded_past_the_signed_size(
+    engine: Engine, home: Path, signing_key: Ed25519PrivateKey
+) -> None:
+    """Before anyone asks for a checkpoint: the gate proves a larger tree before it allows."""
+    with TestClient(_app(home, engine)) as client:
+        cert = _promoted(client, signing_key)
+        _revoke(client, cert)
+        signed = _size(engine)
+        _rewind_to_revocation(engine)
+        for _ in range(4):  # ordinary writes pad the forked tree past the signed size
+            assert client.post("/v1/tokens", json={"scopes": ["gate:read"]},
+                               headers=ADMIN).status_code == 201  # fmt: skip
+        assert _size(engine) > signed
+        gate = client.get("/v1/gate", params={"kernel": cert["kernel"], "target": "prod"},
+                          headers=ADMIN).json()  # fmt: skip
+        assert gate["allow"] is False, "a revoked certificate allowed from an unproved fork"
+        assert "log-inconsistent" in gate["reasons"][0] and "does not extend" in gate["reasons"][0]
+        _assert_inconsistent(client.get("/v1/log/health"), "does not extend")
+
+
+def test_every_worker_of_a_home_follows_the_newest_checkpoint(
+    engine: Engine, database_url: str, home: Path, signing_key: Ed25519PrivateKey
+) -> None:
+    """Worker B started before worker A signed the revocation's tree: B denies the rollback too."""
+    other = make_engine(database_url)
+    try:
+        with TestClient(_app(home, engine)) as a, TestClient(_app(home, other)) as b:
+            cert = _promoted(a, signing_key)
+            params = {"kernel": cert["kernel"], "target": "prod"}
+            assert b.get("/v1/gate", params=params, headers=ADMIN).json()["allow"] is True
+            _revoke(a, cert)  # worker A signs the revocation's tree
+            _rewind_to_revocation(engine)
+            for worker in (a, b):
+                gate = worker.get("/v1/gate", params=params, headers=ADMIN).json()
+                assert gate["allow"] is False
+                assert "rollback" in gate["reasons"][0], gate["reasons"]
+    finally:
+        other.dispose()
