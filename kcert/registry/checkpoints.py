@@ -38,8 +38,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from kcert.errors import KcertError
+from kcert.log import merkle
 from kcert.log.cosignature import CosignerKey
 from kcert.log.errors import LogError, NoteError, ProofError, SignatureError
+from kcert.log.merkle import CompactRange, leaf_hash
 from kcert.log.note import Checkpoint, Signer, open_checkpoint
 from kcert.log.proofs import verify_consistency
 from kcert.log.witness_client import (
@@ -116,6 +118,8 @@ class CheckpointGuard:
         self._engine: Engine | None = None
         #: (mtime, inode, size) of the checkpoint file when :meth:`floor` last read it.
         self._stamp: tuple[int, int, int] | None = None
+        #: (size, root, right edge) of the last tree whose entries this process hashed.
+        self._hashed: tuple[int, bytes, list[bytes]] | None = None
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -148,6 +152,7 @@ class CheckpointGuard:
                 "from an older copy or entries were deleted. Refusing to sign."
             )
         if last is None:
+            self._hash_leaves(session, 0, None, current)
             return current
         if current.size < last.size:
             raise LogInconsistent(
@@ -161,6 +166,8 @@ class CheckpointGuard:
                     f"fork: the database's tree of {current.size} entries has another root than "
                     f"the checkpoint this log signed at that size ({self.path}). Refusing to sign."
                 )
+            if self._hashed is None:  # this process's first proof: every entry, once
+                self._hash_leaves(session, 0, None, current)
             return current
         if last.size > 0:
             try:
@@ -172,7 +179,62 @@ class CheckpointGuard:
                     f"checkpoint of {last.size} this log signed ({self.path}): {exc}. "
                     "Refusing to sign."
                 ) from exc
+        if self._hashed is None:  # this process's first proof: every entry, once
+            self._hash_leaves(session, 0, None, current)
+        else:
+            self._hash_leaves(session, last.size, last.root, current)
         return current
+
+    def _hash_leaves(
+        self, session: Session, start: int, start_root: bytes | None, current: Checkpoint
+    ) -> None:
+        """Prove ``current.root`` is the hash of the entries, not only of the stored nodes.
+
+        The roots above come from ``log_node``; a rewrite of ``log_entry`` alone
+        would leave them as they were. So the entries beyond the signed tree
+        (``start``) are hashed here and appended to that tree's right edge
+        (stored nodes that must fold to ``start_root``); the result must be
+        ``current.root``. What was hashed is remembered, so each entry is hashed
+        once per process, and a process's first proof hashes every entry
+        (``start`` 0). Left to others: entries below the signed size rewritten
+        *after* this process hashed them (nodes untouched) are found by the next
+        process to start and by auditors (``kcert audit verify`` recomputes every
+        root from the entries); a rewrite of entries *and* nodes there changes
+        the root, which the consistency proof finds.
+        """
+        if current.size == start:
+            return
+        try:
+            nodes = audit.NodeStore(session.connection())
+            tree: CompactRange | None = None
+            if self._hashed is not None and start <= self._hashed[0] <= current.size:
+                size, root, edge = self._hashed
+                if merkle.root(size, nodes) == root:
+                    tree = CompactRange(size, edge)
+            if tree is None:
+                keys = CompactRange.edge_keys(start)
+                found = nodes.nodes(keys)
+                tree = CompactRange(start, [found[key] for key in keys])
+                if start_root is not None and tree.root() != start_root:
+                    raise LogError(f"the stored nodes of the signed tree of {start} do not fold "
+                                   "to its root")  # fmt: skip
+            while tree.size < current.size:
+                for record in audit.read_entries(session, tree.size, current.size):
+                    if record.index != tree.size:
+                        raise LogError(f"entry {tree.size} is missing")
+                    tree.append(leaf_hash(record.leaf))
+        except LogError as exc:
+            raise LogInconsistent(
+                f"fork: the database's entries do not hash to its tree of {current.size} "
+                f"({exc}). Refusing to sign."
+            ) from exc
+        if tree.root() != current.root:
+            raise LogInconsistent(
+                f"fork: the database's entries {start}..{current.size - 1} do not hash to the "
+                f"root its stored tree of {current.size} has: log entries were rewritten. "
+                "Refusing to sign."
+            )
+        self._hashed = (tree.size, tree.root(), tree.edge())
 
     def _raise(self, exc: LogInconsistent) -> LogInconsistent:
         if self.alarm is None or str(self.alarm) != str(exc):

@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from sqlalchemy.engine import make_url
 from kcert.api.app import create_app
 from kcert.attest.keys import public_key_hex
 from kcert.digest import Digest
+from kcert.log.leaf import build_leaf
 from kcert.registry import audit
 from kcert.registry.client import EmbeddedRegistry
 from kcert.registry.config import Settings
@@ -330,3 +332,40 @@ def test_every_worker_of_a_home_follows_the_newest_checkpoint(
                 assert "rollback" in gate["reasons"][0], gate["reasons"]
     finally:
         other.dispose()
+
+
+def _rewrite_revocation_leaves(engine: Engine) -> None:
+    """Only ``log_entry`` (never ``log_node``): the revocation's leaves become token leaves."""
+    with engine.begin() as conn:
+        rows = conn.execute(text("SELECT leaf_index, kind FROM log_entry")).all()
+        for index, kind in rows:
+            if kind in ("certificate.revoked", "promotion.suspended"):
+                payload = {"token_id": f"tok{index}", "scopes": ["gate:read"], "expires_at": None}
+                fake = build_leaf(index=index, kind="token.created", payload=payload,
+                                  time=datetime.now(UTC))  # fmt: skip
+                conn.execute(text("UPDATE log_entry SET kind = 'token.created', leaf = :l "
+                                  "WHERE leaf_index = :i"), {"l": fake, "i": index})  # fmt: skip
+        conn.execute(text("UPDATE certificate SET revoked_at = NULL, revoke_reason = NULL"))
+        conn.execute(text("UPDATE promotion SET status = 'active', suspended_at = NULL, "
+                          "suspend_reason = NULL"))  # fmt: skip
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed-then-restart"])
+def test_leaves_rewritten_without_their_nodes_are_refused(
+    engine: Engine, home: Path, signing_key: Ed25519PrivateKey, signed: bool
+) -> None:
+    """The guard hashes the entries it signs: the stored nodes alone do not vouch for them."""
+    with TestClient(_app(home, engine)) as client:
+        cert = _promoted(client, signing_key)
+        assert client.get("/v1/log/checkpoint").status_code == 200
+        revoked = client.post(f"/v1/certificates/{cert['id']}/revoke",
+                              json={"reason": "bad tail mask"}, headers=ADMIN)  # fmt: skip
+        assert revoked.status_code == 200
+        if signed:  # the revocation's tree signed (and hashed) by this process
+            assert client.get("/v1/log/checkpoint").status_code == 200
+        _rewrite_revocation_leaves(engine)
+        if not signed:
+            _assert_fails_closed(client, cert, "do not hash")
+    if signed:  # a process started afterwards hashes every entry once
+        with TestClient(_app(home, engine)) as client:
+            _assert_fails_closed(client, cert, "do not hash")
