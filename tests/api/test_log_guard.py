@@ -369,3 +369,12 @@ def test_leaves_rewritten_without_their_nodes_are_refused(
     if signed:  # a process started afterwards hashes every entry once
         with TestClient(_app(home, engine)) as client:
             _assert_fails_closed(client, cert, "do not hash")
+
+
+def test_serving_postgres_without_witnesses_warns_about_replicas(
+    engine: Engine, home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with TestClient(_app(home, engine)):
+        pass
+    warned = "serving PostgreSQL without witnesses" in caplog.text
+    assert warned is (engine.dialect.name == "postgresql")
