@@ -3,9 +3,10 @@
 The log does not know which size a witness holds. It offers the size it
 expects (the previous checkpoint's); a ``409`` answers the witness's size, and
 the log retries once from there with the matching consistency proof. A witness
-that holds a *larger* size than the new checkpoint, or answers ``422``, has
-seen a tree this one does not extend: that is evidence against the log itself
-(:class:`WitnessSawOtherTree`), not a network problem.
+that claims a *larger* size than the new checkpoint, or answers ``422``, raises
+:class:`WitnessSawOtherTree`: a claim the caller weighs by fetching the
+checkpoint the witness holds (:func:`held_checkpoint`); only one signed by the
+log's own key is evidence against the log.
 """
 
 from __future__ import annotations

@@ -17,8 +17,12 @@ Signing runs under an exclusive ``flock`` on ``log-checkpoint.lock`` and reads
 the database only after taking it, so workers sign one after another and each
 sees every tree signed before it. Each new checkpoint goes to the configured
 witnesses (C2SP tlog-witness); their cosignatures are kept in the file and
-served with the checkpoint. A witness that has cosigned a tree this one does
-not extend is evidence of a rollback too, and is treated the same.
+served with the checkpoint. A witness that *shows* a checkpoint signed by this
+log's key that the database's tree does not extend is evidence of a rollback
+or fork too, and is treated the same; a bare ``409``/``422`` is only a witness
+failure. The signed root must also be the hash of the entries (each process
+hashes every entry once, then the new ones), and the gate proves any tree
+larger than the last proved before it allows.
 """
 
 from __future__ import annotations
