@@ -67,6 +67,9 @@ WITNESS_RETRY_S = 30.0
 #: Seconds after which a tree that did not grow is shown to its witnesses again, for a
 #: fresh cosignature (so ``kcert audit verify --witness-max-age`` can ask for one).
 WITNESS_REFRESH_S = 60.0
+#: Seconds after which a process hashes every entry again, not only the new ones: an
+#: entries-only rewrite below the signed size is found within this, without a restart.
+FULL_REHASH_S = 300.0
 
 log = logging.getLogger("kcert.log")
 
@@ -124,6 +127,7 @@ class CheckpointGuard:
         self._stamp: tuple[int, int, int] | None = None
         #: (size, root, right edge) of the last tree whose entries this process hashed.
         self._hashed: tuple[int, bytes, list[bytes]] | None = None
+        self._full_hash_at = 0.0
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -170,7 +174,7 @@ class CheckpointGuard:
                     f"fork: the database's tree of {current.size} entries has another root than "
                     f"the checkpoint this log signed at that size ({self.path}). Refusing to sign."
                 )
-            if self._hashed is None:  # this process's first proof: every entry, once
+            if self._full_hash_due():  # the first proof, and every FULL_REHASH_S
                 self._hash_leaves(session, 0, None, current)
             return current
         if last.size > 0:
@@ -183,11 +187,14 @@ class CheckpointGuard:
                     f"checkpoint of {last.size} this log signed ({self.path}): {exc}. "
                     "Refusing to sign."
                 ) from exc
-        if self._hashed is None:  # this process's first proof: every entry, once
+        if self._full_hash_due():  # the first proof, and every FULL_REHASH_S
             self._hash_leaves(session, 0, None, current)
         else:
             self._hash_leaves(session, last.size, last.root, current)
         return current
+
+    def _full_hash_due(self) -> bool:
+        return self._hashed is None or time.monotonic() >= self._full_hash_at + FULL_REHASH_S
 
     def _hash_leaves(
         self, session: Session, start: int, start_root: bytes | None, current: Checkpoint
@@ -199,19 +206,20 @@ class CheckpointGuard:
         (``start``) are hashed here and appended to that tree's right edge
         (stored nodes that must fold to ``start_root``); the result must be
         ``current.root``. What was hashed is remembered, so each entry is hashed
-        once per process, and a process's first proof hashes every entry
-        (``start`` 0). Left to others: entries below the signed size rewritten
-        *after* this process hashed them (nodes untouched) are found by the next
-        process to start and by auditors (``kcert audit verify`` recomputes every
-        root from the entries); a rewrite of entries *and* nodes there changes
-        the root, which the consistency proof finds.
+        once per process; a process's first proof, and one every
+        ``FULL_REHASH_S``, hashes every entry (``start`` 0). So entries below
+        the signed size rewritten after this process hashed them (nodes
+        untouched) are found within ``FULL_REHASH_S``, at the next start, and by
+        auditors (``kcert audit verify`` recomputes every root from the
+        entries); a rewrite of entries *and* nodes there changes the root,
+        which the consistency proof finds.
         """
         if current.size == start:
             return
         try:
             nodes = audit.NodeStore(session.connection())
             tree: CompactRange | None = None
-            if self._hashed is not None and start <= self._hashed[0] <= current.size:
+            if start and self._hashed is not None and start <= self._hashed[0] <= current.size:
                 size, root, edge = self._hashed
                 if merkle.root(size, nodes) == root:
                     tree = CompactRange(size, edge)
@@ -239,6 +247,8 @@ class CheckpointGuard:
                 "Refusing to sign."
             )
         self._hashed = (tree.size, tree.root(), tree.edge())
+        if start == 0:
+            self._full_hash_at = time.monotonic()
 
     def _raise(self, exc: LogInconsistent) -> LogInconsistent:
         if self.alarm is None or str(self.alarm) != str(exc):

@@ -31,7 +31,7 @@ from kcert.api.app import create_app
 from kcert.attest.keys import public_key_hex
 from kcert.digest import Digest
 from kcert.log.leaf import build_leaf
-from kcert.registry import audit
+from kcert.registry import audit, checkpoints
 from kcert.registry.client import EmbeddedRegistry
 from kcert.registry.config import Settings
 from kcert.registry.db import make_engine, write_session
@@ -369,6 +369,20 @@ def test_leaves_rewritten_without_their_nodes_are_refused(
     if signed:  # a process started afterwards hashes every entry once
         with TestClient(_app(home, engine)) as client:
             _assert_fails_closed(client, cert, "do not hash")
+
+
+def test_a_running_process_hashes_every_entry_again(
+    engine: Engine, home: Path, signing_key: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries rewritten below the signed size after this process hashed them: found at the
+    next full hash (every ``FULL_REHASH_S``), without a restart."""
+    with TestClient(_app(home, engine)) as client:
+        cert = _promoted(client, signing_key)
+        _revoke(client, cert)  # signed and hashed by this process
+        _rewrite_revocation_leaves(engine)
+        assert client.get("/v1/log/checkpoint").status_code == 200  # not due yet
+        monkeypatch.setattr(checkpoints, "FULL_REHASH_S", 0.0)
+        _assert_fails_closed(client, cert, "do not hash")
 
 
 def test_serving_postgres_without_witnesses_warns_about_replicas(
