@@ -9,6 +9,7 @@ the audit log's public routes.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +27,7 @@ from kcert.registry.config import Settings
 from kcert.registry.db import engine_for, migrate
 from kcert.registry.gatekeeper import Gatekeeper
 
+log = logging.getLogger("kcert.log")
 
 def create_app(
     settings: Settings | None = None, *, engine: Engine | None = None, migrate_on_start: bool = True
@@ -50,6 +52,13 @@ def create_app(
         witness_timeout=settings.witness_timeout,
     )  # fmt: skip
     guard.startup(engine)
+    if engine.dialect.name == "postgresql" and not guard.witnesses:
+        # Replicas on several hosts with a home each could sign forks; only a witness sees it.
+        log.warning(
+            "serving PostgreSQL without witnesses (KCERT_WITNESSES): every replica must use "
+            "the same KCERT_HOME (one log-checkpoint), or a rolled-back database can be "
+            "signed as a fork by a replica with an older checkpoint file"
+        )
     app.state.log_guard = guard
     app.state.checkpoint_publisher = CheckpointPublisher(
         guard, engine, settings.checkpoint_interval

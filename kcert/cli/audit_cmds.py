@@ -29,6 +29,7 @@ Exit codes: 0 all holds, 1 something differs (the first bad index is named),
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
@@ -177,11 +178,23 @@ def verify(
             "cosignature the checkpoint must carry; repeat to require several.",
         ),
     ] = None,
+    witness_max_age: Annotated[
+        int | None,
+        typer.Option(
+            "--witness-max-age",
+            min=1,
+            metavar="SECONDS",
+            help="Each required witness's cosignature must be at most this old (its "
+            "timestamp): an old cosigned checkpoint replayed to this auditor fails.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check the current checkpoint's signature, recompute its root from every entry, and
     prove it extends the given checkpoint and the last one audited."""
     witnesses = [_witness_key(text) for text in witness or []]
+    if witness_max_age is not None and not witnesses:
+        raise UsageError("--witness-max-age needs at least one --witness")
     source, home = open_source(registry)
     state = AuditState(home / "audit" / state_dir_name(source.label))
     verifier, pin_note = resolve_key(state, source, key, trust_on_first_use)
@@ -197,7 +210,7 @@ def verify(
     result = audit_log(
         source, verifier, previous=previous, known_leaf_hashes=known, progress=progress
     )
-    cosigned = _check_witnesses(result, witnesses)
+    cosigned = _check_witnesses(result, witnesses, witness_max_age)
     ok = result.ok and all(w["ok"] for w in cosigned)
     if ok:
         # Only a witnessed checkpoint is remembered when witnesses are required: an
@@ -219,8 +232,11 @@ def _witness_key(text: str) -> CosignerKey:
         raise UsageError(f"--witness: {exc}") from exc
 
 
-def _check_witnesses(result: AuditResult, keys: list[CosignerKey]) -> list[dict[str, Any]]:
-    """Each required witness: does the audited checkpoint carry its valid cosignature?"""
+def _check_witnesses(
+    result: AuditResult, keys: list[CosignerKey], max_age: int | None = None
+) -> list[dict[str, Any]]:
+    """Each required witness: does the audited checkpoint carry its valid (fresh) cosignature?"""
+    now = int(time.time())
     checked: list[dict[str, Any]] = []
     for key in keys:
         entry: dict[str, Any] = {"name": key.name, "vkey": key.vkey()}
@@ -231,6 +247,13 @@ def _check_witnesses(result: AuditResult, keys: list[CosignerKey]) -> list[dict[
                 entry.update(ok=True, timestamp=key.verify(result.note))
             except LogError as exc:
                 entry.update(ok=False, message=str(exc))
+            else:
+                age = now - entry["timestamp"]
+                if max_age is not None and age > max_age:
+                    entry.update(ok=False, message=(
+                        f"the cosignature by witness {key.name!r} is {age} s old, older than "
+                        f"--witness-max-age {max_age}: the checkpoint may be an old one replayed"
+                    ))  # fmt: skip
         checked.append(entry)
     return checked
 

@@ -196,6 +196,10 @@ class CompactRange:
             return EMPTY_ROOT
         return fold([h for _, h in self._edge])
 
+    def edge(self) -> list[bytes]:
+        """The right edge's hashes, to resume with ``CompactRange(size, edge)``."""
+        return [h for _, h in self._edge]
+
 
 class MemoryTree:
     """Every perfect subtree of a log held in memory: a :class:`NodeReader` for auditors."""

@@ -102,7 +102,18 @@ def audit_log(
     ``known_leaf_hashes`` are the leaf hashes this auditor saw last time, in order.
     """
     findings: list[Finding] = []
-    note = source.checkpoint()
+    try:
+        note = source.checkpoint()
+    except LogError as exc:
+        # A registry that refuses to sign (its log guard found a rollback or fork) is audited
+        # against the last checkpoint it did sign, when the source can read it: the finding
+        # fails the audit, and the entries are still checked, naming the first bad one.
+        last_signed = getattr(source, "last_signed", None)
+        signed = last_signed() if exc.kind == "log-inconsistent" and last_signed else None
+        if not isinstance(signed, str):
+            raise
+        note = signed
+        findings.append(Finding(None, f"the registry refuses to sign its current tree: {exc}"))
     try:
         current = open_checkpoint(note, verifier)
     except (SignatureError, NoteError) as exc:

@@ -35,6 +35,8 @@ ALG_ED25519 = 0x01
 _DASH = "\u2014 "
 _MAX_SIGNATURES = 100
 _SIZE = re.compile(r"^(0|[1-9][0-9]{0,19})$")
+#: tlog-checkpoint sizes are uint64.
+_MAX_SIZE = 2**64 - 1
 
 
 def _check_name(name: str) -> None:
@@ -191,11 +193,15 @@ class Checkpoint:
         if len(lines) < 4 or lines[-1] != "" or any(not line for line in lines[:-1]):
             raise NoteError("a checkpoint body is origin, size and root hash, one per line")
         origin, size, root = lines[0], lines[1], lines[2]
-        if not _SIZE.match(size):
-            raise NoteError(f"checkpoint size {size!r} is not a decimal number")
+        if not _SIZE.match(size) or int(size) > _MAX_SIZE:
+            raise NoteError(f"checkpoint size {size!r} is not a decimal number in 0..2^64-1")
         digest = _b64decode(root, "checkpoint root hash")
         if len(digest) != HASH_SIZE:
             raise NoteError(f"checkpoint root hash is {len(digest)} bytes, not {HASH_SIZE}")
+        if base64.b64encode(digest).decode() != root:
+            # Other padding bits, same bytes: a cosignature over the re-encoded body would not
+            # verify over the note as submitted, so only the canonical encoding is a checkpoint.
+            raise NoteError(f"checkpoint root hash {root!r} is not canonical base64")
         return cls(origin, int(size), digest, tuple(lines[3:-1]))
 
     def sign(self, signer: Signer) -> str:

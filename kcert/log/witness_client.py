@@ -3,13 +3,16 @@
 The log does not know which size a witness holds. It offers the size it
 expects (the previous checkpoint's); a ``409`` answers the witness's size, and
 the log retries once from there with the matching consistency proof. A witness
-that holds a *larger* size than the new checkpoint, or answers ``422``, has
-seen a tree this one does not extend: that is evidence against the log itself
-(:class:`WitnessSawOtherTree`), not a network problem.
+that claims a *larger* size than the new checkpoint, or answers ``422``, raises
+:class:`WitnessSawOtherTree`: a claim the caller weighs by fetching the
+checkpoint the witness holds (:func:`held_checkpoint`); only one signed by the
+log's own key is evidence against the log.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +22,7 @@ import httpx
 from kcert.log.cosignature import CosignerKey, add_signature_lines
 from kcert.log.errors import LogError
 from kcert.log.note import Checkpoint
-from kcert.log.witness import SIZE_MEDIA_TYPE, AddCheckpoint
+from kcert.log.witness import SIZE_MEDIA_TYPE, AddCheckpoint, origin_hash
 
 _SIZE_BODY = re.compile(r"^(0|[1-9][0-9]{0,19})\n$")
 
@@ -31,7 +34,13 @@ class WitnessSubmitError(LogError):
 
 
 class WitnessSawOtherTree(WitnessSubmitError):
-    """A witness holds a tree of this log that the new checkpoint does not extend."""
+    """A witness *claims* a tree of this log that the new checkpoint does not extend.
+
+    A claim, not proof: a bare ``409``/``422`` carries no signature, so anyone
+    on the path (or the witness itself) can send one. The log asks the witness
+    for the checkpoint it holds (:func:`held_checkpoint`) and treats only one
+    signed by the log's own key as evidence.
+    """
 
     kind = "witness-inconsistent"
 
@@ -87,6 +96,16 @@ def submit(
     raise WitnessSubmitError(f"{endpoint.label} kept changing its size; try again later")
 
 
+def held_checkpoint(endpoint: WitnessEndpoint, origin: str, client: httpx.Client) -> str | None:
+    """The note the witness holds for ``origin`` (its monitoring read), or ``None``."""
+    url = f"{endpoint.url.rstrip('/')}/{origin_hash(origin)}/checkpoint"
+    try:
+        response = client.get(url)
+    except httpx.HTTPError:
+        return None
+    return response.text if response.status_code == 200 else None
+
+
 def _held_size(endpoint: WitnessEndpoint, response: httpx.Response) -> int:
     media = response.headers.get("content-type", "").split(";")[0].strip()
     match = _SIZE_BODY.match(response.text)
@@ -96,15 +115,39 @@ def _held_size(endpoint: WitnessEndpoint, response: httpx.Response) -> int:
 
 
 def _verified_lines(endpoint: WitnessEndpoint, note: str, text: str) -> str:
-    """Only the lines by the configured key, and only when they verify on ``note``."""
+    """Only the lines by the configured key (name *and* key id), and only when they verify.
+
+    Anything else a witness returns (another key's line, a line named like the
+    log) is dropped, never stored: the checkpoint file keeps the log's own
+    signature and verified cosignatures, nothing a witness chose to add.
+    """
     lines = [line for line in text.splitlines() if line]
     if not lines or not all(line.startswith("\u2014 ") for line in lines):
         raise WitnessSubmitError(f"{endpoint.label} answered 200 without signature lines")
+    own = "".join(f"{line}\n" for line in lines if is_by(endpoint.key, line))
+    if not own:
+        raise WitnessSubmitError(f"{endpoint.label} answered no cosignature by its key")
     try:
-        endpoint.key.verify(add_signature_lines(note, text))
+        endpoint.key.verify(add_signature_lines(note, own))
     except LogError as exc:
         raise WitnessSubmitError(f"{endpoint.label} answered no valid cosignature: {exc}") from exc
-    own = [
-        line for line in lines if line.split(" ", 2)[1:2] == [endpoint.key.name]
-    ]  # fmt: skip
-    return "".join(f"{line}\n" for line in own)
+    return own
+
+
+def with_cosignature(note: str, key: CosignerKey, lines: str) -> str:
+    """``note`` with ``key``'s signature lines replaced by ``lines`` (a fresher cosignature)."""
+    body, sep, signatures = note.partition("\n\n")
+    kept = [line for line in signatures.splitlines() if line and not is_by(key, line)]
+    return body + sep + "".join(f"{line}\n" for line in kept) + lines
+
+
+def is_by(key: CosignerKey, line: str) -> bool:
+    """Whether the signature ``line`` names ``key`` and carries its key id."""
+    parts = line[2:].split(" ")
+    if len(parts) != 2 or parts[0] != key.name:
+        return False
+    try:
+        blob = base64.b64decode(parts[1].encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        return False
+    return blob[:4] == key.key_id

@@ -272,6 +272,16 @@ class DatabaseLogSource:
             note: str = self._guard.sign(session)
             return note
 
+    def last_signed(self) -> str | None:
+        """The last checkpoint this registry signed (its file, verified), or ``None``."""
+        from kcert.registry.checkpoints import CheckpointGuard
+
+        try:
+            last = CheckpointGuard(self._home, log_signer(self._home)).last()
+        except LogError:
+            return None
+        return last[1] if last else None
+
     def verifier_key(self) -> str:
         return log_signer(self._home).verifier.vkey()
 

@@ -17,8 +17,12 @@ Signing runs under an exclusive ``flock`` on ``log-checkpoint.lock`` and reads
 the database only after taking it, so workers sign one after another and each
 sees every tree signed before it. Each new checkpoint goes to the configured
 witnesses (C2SP tlog-witness); their cosignatures are kept in the file and
-served with the checkpoint. A witness that has cosigned a tree this one does
-not extend is evidence of a rollback too, and is treated the same.
+served with the checkpoint. A witness that *shows* a checkpoint signed by this
+log's key that the database's tree does not extend is evidence of a rollback
+or fork too, and is treated the same; a bare ``409``/``422`` is only a witness
+failure. The signed root must also be the hash of the entries (each process
+hashes every entry once, then the new ones), and the gate proves any tree
+larger than the last proved before it allows.
 """
 
 from __future__ import annotations
@@ -38,15 +42,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from kcert.errors import KcertError
-from kcert.log.cosignature import CosignerKey, add_signature_lines
+from kcert.log import merkle
+from kcert.log.cosignature import CosignerKey
 from kcert.log.errors import LogError, NoteError, ProofError, SignatureError
+from kcert.log.merkle import CompactRange, leaf_hash
 from kcert.log.note import Checkpoint, Signer, open_checkpoint
 from kcert.log.proofs import verify_consistency
 from kcert.log.witness_client import (
     WitnessEndpoint,
     WitnessSawOtherTree,
     WitnessSubmitError,
+    held_checkpoint,
     submit,
+    with_cosignature,
 )
 from kcert.registry import audit
 from kcert.registry.config import WitnessConfig
@@ -56,6 +64,12 @@ from kcert.registry.db import read_session
 CHECKPOINT_FILE = "log-checkpoint"
 #: Seconds before a witness that failed is asked again.
 WITNESS_RETRY_S = 30.0
+#: Seconds after which a tree that did not grow is shown to its witnesses again, for a
+#: fresh cosignature (so ``kcert audit verify --witness-max-age`` can ask for one).
+WITNESS_REFRESH_S = 60.0
+#: Seconds after which a process hashes every entry again, not only the new ones: an
+#: entries-only rewrite below the signed size is found within this, without a restart.
+FULL_REHASH_S = 300.0
 
 log = logging.getLogger("kcert.log")
 
@@ -86,15 +100,34 @@ class CheckpointGuard:
     ) -> None:  # fmt: skip
         self.path = home / CHECKPOINT_FILE
         self.signer = signer
+        for endpoint in witnesses:
+            if endpoint.key.name == signer.name:
+                raise LogError(
+                    f"KCERT_WITNESSES: {endpoint.label} is named like this log's origin "
+                    f"{signer.name!r}; a witness needs a name of its own"
+                )
         self.witnesses = tuple(witnesses)
         self._client = client
         self._timeout = witness_timeout
         self._mutex = threading.Lock()
         self._retry_at: dict[str, float] = {}
+        #: (witness url, size, root) each witness has cosigned for this process: a reused
+        #: note is submitted again until its witnesses confirm it (see :meth:`_cosign`).
+        self._confirmed: dict[tuple[str, int, bytes], float] = {}
         #: Why the log is unhealthy, as last found by this process; ``None`` when it is not.
         self.alarm: LogInconsistent | None = None
         #: The largest tree size this process knows was signed (never above the truth).
         self.signed_size = 0
+        #: The largest database tree this process proved to extend the signed checkpoint;
+        #: the gate allows from no larger tree before :meth:`verify` has proved it.
+        self.verified_size = 0
+        #: The database :meth:`verify` reads (set by :meth:`startup`).
+        self._engine: Engine | None = None
+        #: (mtime, inode, size) of the checkpoint file when :meth:`floor` last read it.
+        self._stamp: tuple[int, int, int] | None = None
+        #: (size, root, right edge) of the last tree whose entries this process hashed.
+        self._hashed: tuple[int, bytes, list[bytes]] | None = None
+        self._full_hash_at = 0.0
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -120,7 +153,14 @@ class CheckpointGuard:
         """The database's tree, proved to extend ``last``; :class:`LogInconsistent` if not."""
         session.rollback()  # a snapshot taken now, after the lock, not before it
         current = audit.checkpoint(session, self.signer)
+        if current.size < self.signed_size:  # e.g. the file was swapped for an older one
+            raise LogInconsistent(
+                f"rollback: the database holds {current.size} log entries, but this log "
+                f"signed a checkpoint of {self.signed_size}; the database was restored "
+                "from an older copy or entries were deleted. Refusing to sign."
+            )
         if last is None:
+            self._hash_leaves(session, 0, None, current)
             return current
         if current.size < last.size:
             raise LogInconsistent(
@@ -134,6 +174,8 @@ class CheckpointGuard:
                     f"fork: the database's tree of {current.size} entries has another root than "
                     f"the checkpoint this log signed at that size ({self.path}). Refusing to sign."
                 )
+            if self._full_hash_due():  # the first proof, and every FULL_REHASH_S
+                self._hash_leaves(session, 0, None, current)
             return current
         if last.size > 0:
             try:
@@ -145,7 +187,68 @@ class CheckpointGuard:
                     f"checkpoint of {last.size} this log signed ({self.path}): {exc}. "
                     "Refusing to sign."
                 ) from exc
+        if self._full_hash_due():  # the first proof, and every FULL_REHASH_S
+            self._hash_leaves(session, 0, None, current)
+        else:
+            self._hash_leaves(session, last.size, last.root, current)
         return current
+
+    def _full_hash_due(self) -> bool:
+        return self._hashed is None or time.monotonic() >= self._full_hash_at + FULL_REHASH_S
+
+    def _hash_leaves(
+        self, session: Session, start: int, start_root: bytes | None, current: Checkpoint
+    ) -> None:
+        """Prove ``current.root`` is the hash of the entries, not only of the stored nodes.
+
+        The roots above come from ``log_node``; a rewrite of ``log_entry`` alone
+        would leave them as they were. So the entries beyond the signed tree
+        (``start``) are hashed here and appended to that tree's right edge
+        (stored nodes that must fold to ``start_root``); the result must be
+        ``current.root``. What was hashed is remembered, so each entry is hashed
+        once per process; a process's first proof, and one every
+        ``FULL_REHASH_S``, hashes every entry (``start`` 0). So entries below
+        the signed size rewritten after this process hashed them (nodes
+        untouched) are found within ``FULL_REHASH_S``, at the next start, and by
+        auditors (``kcert audit verify`` recomputes every root from the
+        entries); a rewrite of entries *and* nodes there changes the root,
+        which the consistency proof finds.
+        """
+        if current.size == start:
+            return
+        try:
+            nodes = audit.NodeStore(session.connection())
+            tree: CompactRange | None = None
+            if start and self._hashed is not None and start <= self._hashed[0] <= current.size:
+                size, root, edge = self._hashed
+                if merkle.root(size, nodes) == root:
+                    tree = CompactRange(size, edge)
+            if tree is None:
+                keys = CompactRange.edge_keys(start)
+                found = nodes.nodes(keys)
+                tree = CompactRange(start, [found[key] for key in keys])
+                if start_root is not None and tree.root() != start_root:
+                    raise LogError(f"the stored nodes of the signed tree of {start} do not fold "
+                                   "to its root")  # fmt: skip
+            while tree.size < current.size:
+                for record in audit.read_entries(session, tree.size, current.size):
+                    if record.index != tree.size:
+                        raise LogError(f"entry {tree.size} is missing")
+                    tree.append(leaf_hash(record.leaf))
+        except LogError as exc:
+            raise LogInconsistent(
+                f"fork: the database's entries do not hash to its tree of {current.size} "
+                f"({exc}). Refusing to sign."
+            ) from exc
+        if tree.root() != current.root:
+            raise LogInconsistent(
+                f"fork: the database's entries {start}..{current.size - 1} do not hash to the "
+                f"root its stored tree of {current.size} has: log entries were rewritten. "
+                "Refusing to sign."
+            )
+        self._hashed = (tree.size, tree.root(), tree.edge())
+        if start == 0:
+            self._full_hash_at = time.monotonic()
 
     def _raise(self, exc: LogInconsistent) -> LogInconsistent:
         if self.alarm is None or str(self.alarm) != str(exc):
@@ -162,13 +265,29 @@ class CheckpointGuard:
             except LogInconsistent as exc:
                 raise self._raise(exc) from None
         self.alarm = None
+        self.verified_size = max(self.verified_size, current.size)
         return current
+
+    def verify(self) -> None:
+        """Prove the database's tree now (the gate, before allowing from a larger tree)."""
+        if self._engine is None:
+            return
+        try:
+            with read_session(self._engine) as session:
+                self.check(session)
+        except LogInconsistent:
+            pass  # alarm set and logged: the gate denies
+        except (KcertError, SQLAlchemyError) as exc:
+            log.warning("could not check the audit log for the gate: %s", type(exc).__name__)
 
     def startup(self, engine: Engine) -> None:
         """Check once when a server starts; an inconsistency is reported, not raised."""
+        self._engine = engine
         try:
             with read_session(engine) as session:
-                self.check(session)
+                # With witnesses, sign: the checkpoint file is shown to them at once, so an
+                # older cosigned file put back with the database is found at start.
+                _ = self.sign(session) if self.witnesses else self.check(session)
         except LogInconsistent:
             pass  # alarm set and logged: the server starts, unhealthy, and says so
         except (KcertError, SQLAlchemyError) as exc:
@@ -182,10 +301,12 @@ class CheckpointGuard:
         """The checkpoint of the database's tree, signed (with cosignatures) or refused."""
         with self._locked():
             try:
+                known = self.signed_size  # before last() raises it to the file's size
                 last = self.last()
+                self.signed_size = known
                 current = self._current(session, last[0] if last else None)
                 if last is not None and last[0].size == current.size:
-                    note = last[1]
+                    note = last[1]  # reused: still shown to every witness (see _cosign)
                     fresh = False
                 else:
                     note = current.sign(self.signer)
@@ -197,16 +318,27 @@ class CheckpointGuard:
                 self._write(note)
             self.signed_size = max(self.signed_size, current.size)
         self.alarm = None
+        self.verified_size = max(self.verified_size, current.size)
         return note
 
     def _cosign(
         self, session: Session, note: str, current: Checkpoint, last: Checkpoint | None
     ) -> tuple[str, bool]:
-        """Ask each witness whose cosignature ``note`` lacks; the note with what they gave."""
+        """Ask each witness that has not cosigned ``note`` for this process; the note with theirs.
+
+        A note read back from the file (the tree did not grow) is submitted too,
+        at a process's first signing and every ``WITNESS_REFRESH_S`` after, even
+        when it already carries the witness's cosignature: a file swapped for an
+        older cosigned note, with the database rolled back to its size, is then
+        answered by a witness that holds a larger tree, and the rollback is
+        found; and the cosignature served stays fresh.
+        """
+        now = time.monotonic()
         due = [
             endpoint for endpoint in self.witnesses
-            if not endpoint.key.cosignatures(note)
-            and time.monotonic() >= self._retry_at.get(endpoint.url, 0.0)
+            if now >= self._confirmed.get((endpoint.url, current.size, current.root), -1e18)
+            + WITNESS_REFRESH_S
+            and now >= self._retry_at.get(endpoint.url, 0.0)
         ]  # fmt: skip
         if not due:
             return note, False
@@ -229,15 +361,60 @@ class CheckpointGuard:
                     client=client,
                 )  # fmt: skip
             except WitnessSawOtherTree as exc:
-                raise LogInconsistent(f"{exc}. Refusing to sign.") from exc
+                self._weigh(session, endpoint, client, current, exc)  # raises on evidence
+                exc_text: str = f"{exc}, but it shows no checkpoint of this log that proves it"
             except WitnessSubmitError as exc:
-                log.error("no cosignature for the checkpoint of size %d: %s", current.size, exc)
-                self._retry_at[endpoint.url] = time.monotonic() + WITNESS_RETRY_S
+                exc_text = str(exc)
+            else:
+                self._retry_at.pop(endpoint.url, None)
+                self._confirmed[(endpoint.url, current.size, current.root)] = time.monotonic()
+                note = with_cosignature(note, endpoint.key, lines)
+                gained = True
                 continue
-            self._retry_at.pop(endpoint.url, None)
-            note = add_signature_lines(note, lines)
-            gained = True
+            # A witness failure: logged and retried, never a reason to stop the log.
+            log.error("no cosignature for the checkpoint of size %d: %s", current.size, exc_text)
+            self._retry_at[endpoint.url] = time.monotonic() + WITNESS_RETRY_S
         return note, gained
+
+    def _weigh(
+        self, session: Session, endpoint: WitnessEndpoint, client: httpx.Client,
+        current: Checkpoint, claim: WitnessSawOtherTree,
+    ) -> None:  # fmt: skip
+        """Raise :class:`LogInconsistent` when the witness *proves* its claim, else return.
+
+        A ``409``/``422`` is unsigned; proof is the checkpoint the witness holds
+        for this log, signed by the log's own key, that the database's tree does
+        not extend (larger, another root at the same size, or no consistency).
+        """
+        note = held_checkpoint(endpoint, self.signer.name, client)
+        if note is None:
+            return
+        try:
+            held = open_checkpoint(note, self.signer.verifier)
+        except (NoteError, SignatureError):
+            return
+        where = f"{endpoint.label} holds a checkpoint of {held.size} entries signed by this log"
+        if held.size > current.size:
+            raise LogInconsistent(
+                f"rollback: {where}, but the database holds {current.size}; the database was "
+                "restored from an older copy or entries were deleted. Refusing to sign."
+            )
+        if held.size == current.size:
+            if held.root != current.root:
+                raise LogInconsistent(
+                    f"fork: {where}, with another root than the database's tree of that size. "
+                    "Refusing to sign."
+                )
+            return
+        if held.size > 0:
+            try:
+                proof = audit.consistency_proof(session, held.size, current.size)
+                verify_consistency(held.size, current.size, held.root, current.root, proof)
+            except (ProofError, LogError) as exc:
+                raise LogInconsistent(
+                    f"fork: {where}, which the database's tree of {current.size} does not "
+                    f"extend: {exc}. Refusing to sign."
+                ) from exc
 
     # --- files -------------------------------------------------------------------------------
 
@@ -260,8 +437,28 @@ class CheckpointGuard:
     # --- what the gate asks, per request (no I/O) ----------------------------------------------
 
     def floor(self) -> int:
-        """A size this log has signed; read it *before* reading the database's size."""
+        """A size this log has signed; read it *before* reading the database's size.
+
+        One ``stat`` per call: when the checkpoint file changed (another worker
+        of this home signed), it is read again, so every worker's floor follows
+        the newest checkpoint, not the one it read at start.
+        """
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self.signed_size
+        stamp = (st.st_mtime_ns, st.st_ino, st.st_size)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self.last()
+            except LogInconsistent as exc:
+                self._raise(exc)
         return self.signed_size
+
+    def needs_verifying(self, version: int) -> bool:
+        """Whether the database's tree at ``version`` is larger than any proved (no I/O)."""
+        return self._engine is not None and version > self.verified_size
 
     def refusal(self, version: int, floor: int) -> str | None:
         """Why no gate may allow at log size ``version`` (read after ``floor``), or ``None``."""
@@ -275,6 +472,12 @@ class CheckpointGuard:
             )
         if self.alarm is not None:
             return f"the registry's audit log is unhealthy (log-inconsistent): {self.alarm}"
+        if self.needs_verifying(version):  # verify() ran and could not prove it
+            return (
+                f"the registry's audit log could not be checked at {version} entries "
+                "(log-unverified): the gate allows only from a tree proved to extend the last "
+                "signed checkpoint"
+            )
         return None
 
     def close(self) -> None:

@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+import anyio
 from sqlalchemy import Engine, and_, bindparam
 from sqlalchemy import select as sa_select
 
@@ -116,6 +117,14 @@ class LogHealth(Protocol):
 
     def floor(self) -> int:
         """A size the log has signed; read before the database's version."""
+        ...
+
+    def needs_verifying(self, version: int) -> bool:
+        """Whether the tree at ``version`` is larger than any proved consistent (no I/O)."""
+        ...
+
+    def verify(self) -> None:
+        """Prove the database's tree extends the last signed checkpoint (blocking I/O)."""
         ...
 
     def refusal(self, version: int, floor: int) -> str | None:
@@ -233,16 +242,26 @@ class Gatekeeper(Generic[T]):
             version = await (self._shared.get() if self._shared else self._version())
             if entry[0] == version and known[0] == version:
                 self._authorize(presented, known[1])
-                refused = self._refused(version, floor)
+                refused = await self._refused(version, floor)
                 if refused is not None:
                     return refused
                 self.hits += 1
                 return Answer(entry[1], cached=True)
         return await self._compute(presented, key, floor)
 
-    def _refused(self, version: int, floor: int) -> Answer[T] | None:
-        """A deny when the log is unhealthy: the gate fails closed (never cached)."""
-        reason = self._health.refusal(version, floor) if self._health else None
+    async def _refused(self, version: int, floor: int) -> Answer[T] | None:
+        """A deny when the log is unhealthy or unproved: the gate fails closed (never cached).
+
+        A tree larger than any the guard proved (someone wrote since) is proved
+        first, off the event loop: the gate never allows from a tree that may
+        be a fork padded past the signed size. Reads that find no new entry
+        cost nothing here.
+        """
+        if self._health is None:
+            return None
+        if self._health.needs_verifying(version):
+            await anyio.to_thread.run_sync(self._health.verify)
+        reason = self._health.refusal(version, floor)
         if reason is None:
             return None
         return Answer(self._render(Decision(False, None, (reason,))), cached=False)
@@ -276,7 +295,7 @@ class Gatekeeper(Generic[T]):
             self._authorize(presented, record)
             if record is not None:  # unknown tokens are not kept: guessing fills no cache
                 self._remember(self._tokens, presented, (version, record))
-            refused = self._refused(version, floor)
+            refused = await self._refused(version, floor)
             if refused is not None:
                 return refused
             entry = self._entries.get(key)

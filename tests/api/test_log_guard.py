@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ from sqlalchemy.engine import make_url
 from kcert.api.app import create_app
 from kcert.attest.keys import public_key_hex
 from kcert.digest import Digest
-from kcert.registry import audit
+from kcert.log.leaf import build_leaf
+from kcert.registry import audit, checkpoints
 from kcert.registry.client import EmbeddedRegistry
 from kcert.registry.config import Settings
 from kcert.registry.db import make_engine, write_session
@@ -278,3 +280,115 @@ def test_the_server_checkpoints_every_change_and_finds_a_fork_unasked(
 
         _wait_for("the gate to fail closed", denied_for_the_log)
         assert signed_size() == signed  # the forked tree was never signed
+
+
+def _rewind_to_revocation(engine: Engine) -> None:
+    """Delete the revocation's leaf and all after it; the promotion is active again."""
+    with engine.connect() as conn:
+        index = conn.execute(text(
+            "SELECT leaf_index FROM log_entry WHERE kind = 'certificate.revoked'"
+        )).scalar_one()  # fmt: skip
+    _delete_newest(engine, int(index))
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE promotion SET status = 'active', suspended_at = NULL, "
+                          "suspend_reason = NULL"))  # fmt: skip
+
+
+def test_the_gate_never_allows_from_a_fork_padded_past_the_signed_size(
+    engine: Engine, home: Path, signing_key: Ed25519PrivateKey
+) -> None:
+    """Before anyone asks for a checkpoint: the gate proves a larger tree before it allows."""
+    with TestClient(_app(home, engine)) as client:
+        cert = _promoted(client, signing_key)
+        _revoke(client, cert)
+        signed = _size(engine)
+        _rewind_to_revocation(engine)
+        for _ in range(4):  # ordinary writes pad the forked tree past the signed size
+            assert client.post("/v1/tokens", json={"scopes": ["gate:read"]},
+                               headers=ADMIN).status_code == 201  # fmt: skip
+        assert _size(engine) > signed
+        gate = client.get("/v1/gate", params={"kernel": cert["kernel"], "target": "prod"},
+                          headers=ADMIN).json()  # fmt: skip
+        assert gate["allow"] is False, "a revoked certificate allowed from an unproved fork"
+        assert "log-inconsistent" in gate["reasons"][0] and "does not extend" in gate["reasons"][0]
+        _assert_inconsistent(client.get("/v1/log/health"), "does not extend")
+
+
+def test_every_worker_of_a_home_follows_the_newest_checkpoint(
+    engine: Engine, database_url: str, home: Path, signing_key: Ed25519PrivateKey
+) -> None:
+    """Worker B started before worker A signed the revocation's tree: B denies the rollback too."""
+    other = make_engine(database_url)
+    try:
+        with TestClient(_app(home, engine)) as a, TestClient(_app(home, other)) as b:
+            cert = _promoted(a, signing_key)
+            params = {"kernel": cert["kernel"], "target": "prod"}
+            assert b.get("/v1/gate", params=params, headers=ADMIN).json()["allow"] is True
+            _revoke(a, cert)  # worker A signs the revocation's tree
+            _rewind_to_revocation(engine)
+            for worker in (a, b):
+                gate = worker.get("/v1/gate", params=params, headers=ADMIN).json()
+                assert gate["allow"] is False
+                assert "rollback" in gate["reasons"][0], gate["reasons"]
+    finally:
+        other.dispose()
+
+
+def _rewrite_revocation_leaves(engine: Engine) -> None:
+    """Only ``log_entry`` (never ``log_node``): the revocation's leaves become token leaves."""
+    with engine.begin() as conn:
+        rows = conn.execute(text("SELECT leaf_index, kind FROM log_entry")).all()
+        for index, kind in rows:
+            if kind in ("certificate.revoked", "promotion.suspended"):
+                payload = {"token_id": f"tok{index}", "scopes": ["gate:read"], "expires_at": None}
+                fake = build_leaf(index=index, kind="token.created", payload=payload,
+                                  time=datetime.now(UTC))  # fmt: skip
+                conn.execute(text("UPDATE log_entry SET kind = 'token.created', leaf = :l "
+                                  "WHERE leaf_index = :i"), {"l": fake, "i": index})  # fmt: skip
+        conn.execute(text("UPDATE certificate SET revoked_at = NULL, revoke_reason = NULL"))
+        conn.execute(text("UPDATE promotion SET status = 'active', suspended_at = NULL, "
+                          "suspend_reason = NULL"))  # fmt: skip
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed-then-restart"])
+def test_leaves_rewritten_without_their_nodes_are_refused(
+    engine: Engine, home: Path, signing_key: Ed25519PrivateKey, signed: bool
+) -> None:
+    """The guard hashes the entries it signs: the stored nodes alone do not vouch for them."""
+    with TestClient(_app(home, engine)) as client:
+        cert = _promoted(client, signing_key)
+        assert client.get("/v1/log/checkpoint").status_code == 200
+        revoked = client.post(f"/v1/certificates/{cert['id']}/revoke",
+                              json={"reason": "bad tail mask"}, headers=ADMIN)  # fmt: skip
+        assert revoked.status_code == 200
+        if signed:  # the revocation's tree signed (and hashed) by this process
+            assert client.get("/v1/log/checkpoint").status_code == 200
+        _rewrite_revocation_leaves(engine)
+        if not signed:
+            _assert_fails_closed(client, cert, "do not hash")
+    if signed:  # a process started afterwards hashes every entry once
+        with TestClient(_app(home, engine)) as client:
+            _assert_fails_closed(client, cert, "do not hash")
+
+
+def test_a_running_process_hashes_every_entry_again(
+    engine: Engine, home: Path, signing_key: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries rewritten below the signed size after this process hashed them: found at the
+    next full hash (every ``FULL_REHASH_S``), without a restart."""
+    with TestClient(_app(home, engine)) as client:
+        cert = _promoted(client, signing_key)
+        _revoke(client, cert)  # signed and hashed by this process
+        _rewrite_revocation_leaves(engine)
+        assert client.get("/v1/log/checkpoint").status_code == 200  # not due yet
+        monkeypatch.setattr(checkpoints, "FULL_REHASH_S", 0.0)
+        _assert_fails_closed(client, cert, "do not hash")
+
+
+def test_serving_postgres_without_witnesses_warns_about_replicas(
+    engine: Engine, home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with TestClient(_app(home, engine)):
+        pass
+    warned = "serving PostgreSQL without witnesses" in caplog.text
+    assert warned is (engine.dialect.name == "postgresql")

@@ -198,6 +198,18 @@ def test_the_registry_submits_and_audit_verify_requires_the_cosignature(
     second = _run("audit", "verify", "--witness", witness.vkey)
     assert second.exit_code == 0, second.output
     assert "cosigned by witness witness.test/w1" in second.stdout
+    fresh = _run("audit", "verify", "--witness", witness.vkey, "--witness-max-age", "600")
+    assert fresh.exit_code == 0, fresh.output
+    # Two hours on, the same cosignature is too old: an old checkpoint replayed would be too.
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 7200)
+    stale = _run("audit", "verify", "--witness", witness.vkey, "--witness-max-age", "600")
+    monkeypatch.setattr(time, "time", real)
+    assert stale.exit_code == 1, stale.output
+    assert "not cosigned by every required witness" in stale.stdout
+    assert "older than --witness-max-age 600" in stale.stdout
+    alone = _run("audit", "verify", "--witness-max-age", "600")
+    assert alone.exit_code == 2 and "needs at least one --witness" in alone.output
     assert witness.witness.state.read()[body["origin"]].size == 9
     assert witness.cosigner.key.verify((home / "log-checkpoint").read_text()) > 0
 
@@ -230,10 +242,17 @@ def test_the_server_serves_cosigned_checkpoints_and_a_witness_catches_a_lost_fil
             conn.execute(text("DELETE FROM log_node WHERE (position + 1) * (1 << level) > 3"))
             conn.execute(text("UPDATE log_state SET size = 3"))
         (home / "log-checkpoint").unlink()
+        refused = client.get("/v1/log/checkpoint")  # this process knows what it signed
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["detail"].startswith("rollback: ")
+    # A process started afterwards knows nothing: the witness, asked at start, remembers.
+    with TestClient(create_app(settings, engine=engine)) as client:
         refused = client.get("/v1/log/checkpoint")
         assert refused.status_code == 503, refused.text
         assert refused.json()["type"] == "https://kcert.dev/problems/log-inconsistent"
-        assert "rolled back" in refused.json()["detail"]
+        detail = refused.json()["detail"]
+        assert detail.startswith("rollback: witness witness.test/w1 at "), detail
+        assert "holds a checkpoint of 6 entries signed by this log" in detail
         assert not (home / "log-checkpoint").exists()
 
 

@@ -286,3 +286,19 @@ def test_concurrent_submissions_never_roll_the_record_back(
     assert len(won) == 1, results
     assert sorted(r for r in results.values() if r != "200") == ["StaleOldSize"] * 7
     assert witness.state.read()[log.signer.name].size == won[0]
+
+
+def test_a_size_above_uint64_or_a_non_canonical_root_is_not_cosigned(
+    client: TestClient, witness: Witness, log: Log
+) -> None:
+    huge = Checkpoint(log.signer.name, 2**64, b"\1" * 32).sign(log.signer)
+    status, _, text = _post(client, AddCheckpoint(0, (), huge).encode())
+    assert status == 400 and "0..2^64-1" in text
+    root = base64.b64encode(log.tree.root(5)).decode()
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    other = root[:-2] + alphabet[alphabet.index(root[-2]) ^ 1] + "="  # other padding bits
+    assert base64.b64decode(other, validate=True) == log.tree.root(5) and other != root
+    note = log.signer.sign(f"{log.signer.name}\n5\n{other}\n")
+    status, _, text = _post(client, AddCheckpoint(0, (), note).encode())
+    assert status == 400 and "not canonical base64" in text
+    assert witness.state.read() == {}  # nothing recorded
