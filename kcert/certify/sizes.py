@@ -5,9 +5,13 @@ wrong at a size the spec's author did not think of (``n % 4 == 2``, a prime,
 anything past the largest listed value) would pass. Fresh probes therefore
 draw their sizes from the certification's fresh seed, per dim:
 
-1. one size past the largest listed value, in the top eighth of the way up to
-   the dim's cap (a prime where the stretch holds one), so that the scope a
-   certificate claims reaches what was probed;
+1. one size past the largest listed value drawn log-uniformly over the whole
+   stretch up to the dim's cap, so that every region of it is reachable across
+   seeds (a kernel wrong only between the largest listed value and 7/8 of the
+   cap is found), and, when at least three sizes are drawn, one more in the top
+   eighth of the stretch (a prime where it holds one), so that the largest size
+   probed comes near the cap; the certificate's scope records the sizes
+   actually probed, never the cap as if it had been;
 2. then sizes inside the listed range, drawn log-uniformly (small sizes are
    cheap and are where tails go wrong) and picked, among a few candidates,
    to cover the residues modulo 2, 3, 4, 5, 7 and 8 that neither the listed
@@ -66,9 +70,13 @@ def _draw_dim(stream: _Stream, listed: list[int], cap: int, count: int) -> list[
     lo, hi = listed[0], listed[-1]
     chosen: list[int] = []
     if cap > hi:
-        bottom = max(hi + 1, cap - (cap - hi) // 8)
-        top = _uniform_int(stream, bottom, cap)
-        chosen.append(_prime_at_or_below(top, bottom) or top)
+        chosen.append(_log_uniform_int(stream, hi + 1, cap))
+        if count >= 3:
+            bottom = max(hi + 1, cap - (cap - hi) // 8)
+            top = _uniform_int(stream, bottom, cap)
+            top = _prime_at_or_below(top, bottom) or top
+            if top not in chosen:
+                chosen.append(top)
     first = True
     while len(chosen) < count:
         covered = {(m, v % m) for v in (*listed, *chosen) for m in MODULI}

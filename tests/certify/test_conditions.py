@@ -107,8 +107,9 @@ def test_drawn_sizes_cover_residues_primes_and_reach_past_the_listed(tmp_path: P
         sizes = drawn_sizes(kernel, seed, 4)
         assert sizes["d"] == ()  # one listed value: a fixed size
         n = sizes["n"]
-        assert 1000 < n[0] <= 2000 and n[0] >= 2000 - 1000 // 8  # near the default cap
-        assert all(1 <= v <= 1000 for v in n[1:])
+        assert 1000 < n[0] <= 2000  # anywhere past the listed, up to the default cap
+        assert 2000 - 1000 // 8 <= n[1] <= 2000  # and one near the cap
+        assert all(1 <= v <= 1000 for v in n[2:])
         residues = {v % 4 for v in (1, 8, 64, 1000, *n)}
         assert residues == {0, 1, 2, 3}, (seed, n)
         assert any(v > 2 and all(v % p for p in range(2, v)) for v in n)  # a prime
@@ -116,12 +117,22 @@ def test_drawn_sizes_cover_residues_primes_and_reach_past_the_listed(tmp_path: P
     assert set(MODULI) >= {2, 4, 8}
 
 
+def test_the_size_past_the_listed_reaches_every_part_of_the_stretch(tmp_path: Path) -> None:
+    path = _spec(tmp_path, "{ n = [1, 8, 64, 4096], d = [64] }")
+    kernel = load_spec(Path(path)).kernel("k")
+    firsts = [drawn_sizes(kernel, seed, 4)["n"][0] for seed in range(64)]
+    eighths = {(v - 4097) * 8 // 4096 for v in firsts}
+    assert all(4096 < v <= 8192 for v in firsts) and eighths == set(range(8)), sorted(firsts)
+    assert drawn_sizes(kernel, 3, 2)["n"][1] <= 4096  # two draws: no second large one
+
+
 def test_draw_up_to_sets_the_cap_or_keeps_the_listed_values(tmp_path: Path) -> None:
     path = _spec(tmp_path, "{ n = [1, 8, 64], d = [16, 64] }",
                  '[kernel.probes]\ndraw_up_to = { n = 100000, d = "listed" }\n')
     kernel = load_spec(Path(path)).kernel("k")
     sizes = drawn_sizes(kernel, 1, 4)
-    assert sizes["d"] == () and 100000 - 100000 // 8 <= sizes["n"][0] <= 100000
+    assert sizes["d"] == () and 64 < sizes["n"][0] <= 100000
+    assert 100000 - 100000 // 8 <= sizes["n"][1] <= 100000
     assert kernel.normalized()["probes"]["draw_up_to"] == {"d": "listed", "n": 100000}
     for bad, word in (("{ m = 5 }", "'m' is not a dim"), ("{ n = 10 }", "largest listed"),
                       ('{ n = "all" }', "must be")):  # fmt: skip
@@ -203,6 +214,18 @@ def test_a_size_past_every_listed_one_fails_under_the_spec_cap() -> None:
     assert probe is not None and int(probe.rsplit("=", 1)[1]) > 65536
     twin = certify_kernel("add_large")
     assert twin.verdict is Verdict.PASS, failed(twin)
+
+
+def test_a_size_between_the_listed_and_the_top_of_the_stretch_fails() -> None:
+    # wrong for 4096 < n < 7168; the cap is 8192: the top eighth alone never reached it
+    report = certify_kernel("add_wrong_below_the_cap")
+    fails = failed(report)
+    assert set(fails) == {"fresh-probes"}, fails
+    assert fails["fresh-probes"].startswith("correctness")
+    probe = next(c.probe for c in report.checks if c.name == "fresh-probes")
+    assert probe is not None and 4096 < int(probe.rsplit("=", 1)[1]) < 7168
+    scope = report.predicate()["probes"]["scope"]["n"]
+    assert any(4096 < v < 7168 for v in scope["drawn"])  # the sizes probed, as they were
 
 
 def test_listed_only_sizes_are_what_the_certificate_says_it_covers() -> None:

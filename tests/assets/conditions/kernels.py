@@ -103,3 +103,15 @@ def add_wrong_past_65536(x, y, out, n, BLOCK: tl.constexpr):
     b = tl.load(y + offsets, mask=mask)
     size = offsets * 0 + n
     tl.store(out + offsets, tl.where(size > 65536, a + b * 0.5, a + b), mask=mask)
+
+
+@triton.jit
+def add_wrong_below_the_cap(x, y, out, n, BLOCK: tl.constexpr):
+    # wrong for 4096 < n < 7168: past the listed sizes, below the top eighth of the stretch
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a = tl.load(x + offsets, mask=mask)
+    b = tl.load(y + offsets, mask=mask)
+    size = offsets * 0 + n
+    bad = (size > 4096) & (size < 7168)
+    tl.store(out + offsets, tl.where(bad, a + b * 0.5, a + b), mask=mask)
