@@ -7,9 +7,11 @@ each probe's seeds, shifts and roll):
 
 * ``out`` data regions. Run A, the marker run: quiet NaNs with drawn payloads
   and signs (integers: drawn bits; bools: bytes that are no bool). Run B, the
-  prefilled run: plausible stale values, the probe's own reference answer
-  rotated by a drawn number of elements (values of the right kind in the wrong
-  places, as when a caching allocator hands back the previous call's output).
+  prefilled run: plausible stale values, the reference answer of a *different*
+  input draw of the same shape (from run B's seed), rotated by a drawn number
+  of elements: what a caching allocator hands back after an earlier call, and
+  never this probe's own answer shifted, which a kernel could recognise by
+  finding its old ``out`` values among the answers it computes.
   The two fills differ in every element, byte for byte, so an element that
   holds its run's fill after both runs was never written.
 * Guard bands (floats). Each element draws a pair of distinct states for runs
@@ -23,16 +25,18 @@ each probe's seeds, shifts and roll):
   that a kernel that tells the test apart by what lies past its buffers
   misbehaves in a run). Integer guards hold drawn bits in run A and small
   integers in run B; bool guards hold non-bool bytes in A and 0/1 in B.
-* Addresses. Every padded buffer starts at a drawn offset past a 4096-byte
-  boundary: in run A an odd multiple of 16 bytes (never a multiple of 256), in
-  run B a multiple of 256 (what allocators give), so a kernel that depends on
-  its pointers' alignment sees both kinds.
+* Addresses. Each padded buffer starts at its own drawn offset past a
+  4096-byte boundary (:func:`buffer_shifts`): in run A an odd multiple of 16
+  bytes (never a multiple of 256), drawn per buffer; in run B the run's
+  multiple of 256 plus a different multiple of 512 per buffer (a caching
+  allocator packs tensors at 512-byte granularity), so a kernel that depends on
+  its pointers' alignment, or on two buffers sharing it, sees both kinds.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +48,7 @@ from kcert.certify.spec import FLOAT_DTYPES
 
 #: Names the scheme below; recorded in the certificate so that a reader knows how
 #: each probe's recorded seeds, shifts and roll were turned into buffer contents.
-SCHEME = "kcert-conditions-v1"
+SCHEME = "kcert-conditions-v2"
 RUNS = ("A", "B")
 #: Run A's guard values are below this in magnitude (see the module docstring).
 SMALL_GUARD_EXP = -12
@@ -61,16 +65,37 @@ class RunConditions:
     run: str  # "A" (marker) or "B" (prefilled)
     #: Every element-wise fill (guards, ``out`` data) comes from this seed and the buffer name.
     seed: int
-    #: Bytes between a 4096-byte boundary and the start of every padded buffer.
+    #: Run A: an odd multiple of 16 bytes; run B: the multiple of 256 that every buffer's
+    #: offset past a 4096-byte boundary starts from (see :func:`buffer_shifts`).
     shift: int
     #: Both runs' guards draw each element's pair of states from this seed.
     pair_seed: int
     #: Run B: elements the stale ``out`` contents are rotated by (0 in run A).
     roll: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, buffers: Sequence[str] = ()) -> dict[str, Any]:
+        """The recorded form; with ``buffers`` named, each one's offset too."""
         return {"seed": self.seed, "pair_seed": self.pair_seed, "shift": self.shift,
-                "roll": self.roll}  # fmt: skip
+                "roll": self.roll,
+                **({"offsets": buffer_shifts(self, buffers)} if buffers else {})}  # fmt: skip
+
+
+def buffer_shifts(cond: RunConditions, names: Sequence[str]) -> dict[str, int]:
+    """Per buffer, the bytes between a 4096-byte boundary and its padded array's start.
+
+    Drawn per buffer, so that buffers of one run never all share an alignment: in
+    run A odd multiples of 16 (never of 256), the first buffer at ``cond.shift``; in
+    run B ``cond.shift`` plus distinct multiples of 512 (eight slots; the first
+    buffer at 0), as a caching allocator packs tensors of a few kilobytes.
+    """
+    stream = _Stream([cond.seed, 0x6F666673])
+    if cond.run == "A":
+        odd = stream.integers(0, 239, len(names))
+        shifts = [cond.shift, *(int(16 * (1 + k + k // 15)) for k in odd[1:])]
+    else:
+        slots = [0, *(int(v) for v in np.argsort(stream.uniform(7)) + 1)]
+        shifts = [(cond.shift + 512 * slots[i % 8]) % 4096 for i in range(len(names))]
+    return dict(zip(names, shifts, strict=False))
 
 
 def draw_conditions(fresh_seed: int, probe_id: str) -> dict[str, RunConditions]:
@@ -86,6 +111,11 @@ def draw_conditions(fresh_seed: int, probe_id: str) -> dict[str, RunConditions]:
     pairs = derive_seed(fresh_seed, "conditions", probe_id, "guard states")
     return {"A": RunConditions("A", seeds["A"], shift_a, pairs),
             "B": RunConditions("B", seeds["B"], shift_b, pairs, roll)}  # fmt: skip
+
+
+def stale_seed(cond: RunConditions) -> int:
+    """The seed of the input draw whose reference answer run ``cond``'s ``out`` holds."""
+    return derive_seed(cond.seed, "stale inputs")
 
 
 def default_conditions(run: str) -> RunConditions:
@@ -180,11 +210,15 @@ def _nonfinite(raw: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
 
 
 def out_fill(dtype: str, shape: tuple[int, ...], cond: RunConditions, name: str,
-             stale: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:  # fmt: skip
+             stale: np.ndarray[Any, Any] | None = None,
+             answer: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:  # fmt: skip
     """What the ``out`` buffer ``name`` holds before the launch of run ``cond``.
 
-    ``stale`` is the probe's reference answer in the output dtype (run B); without
-    it, run B's fill is plausible values like its guards'.
+    ``stale`` is an earlier call's answer in the output dtype (run B: the reference
+    answer of another input draw, :func:`stale_seed`); without it, run B's fill is
+    plausible values like its guards'. Where the stale value equals this probe's
+    ``answer`` (``stale`` itself when not given), keeping it would be right: those
+    elements get plausible values instead.
     """
     count = math.prod(shape)
     np_dtype = host_dtype(dtype)
@@ -194,21 +228,23 @@ def out_fill(dtype: str, shape: tuple[int, ...], cond: RunConditions, name: str,
     plausible = _stale_fallback(dtype, count, stream)
     if stale is None or count == 0:
         return plausible.reshape(shape)
-    answer = np.ascontiguousarray(np.asarray(stale, dtype=np_dtype)).reshape(-1)
-    rotated = np.roll(answer, cond.roll % count)
-    # where the rotation lands the right answer on itself, keeping it would be right
-    same = _same(rotated, answer)
+    previous = np.ascontiguousarray(np.asarray(stale, dtype=np_dtype)).reshape(-1)
+    right = previous if answer is None else np.ascontiguousarray(
+        np.asarray(answer, dtype=np_dtype)).reshape(-1)  # fmt: skip
+    rotated = np.roll(previous, cond.roll % count)
+    # where the stale value is this probe's right answer, keeping it would be right
+    same = _same(rotated, right)
     rotated[same] = plausible[same]
     return rotated.reshape(shape)
 
 
 def out_fills(
     dtype: str, shape: tuple[int, ...], runs: Mapping[str, RunConditions], name: str,
-    stale: np.ndarray[Any, Any] | None = None,
+    stale: np.ndarray[Any, Any] | None = None, answer: np.ndarray[Any, Any] | None = None,
 ) -> dict[str, np.ndarray[Any, Any]]:  # fmt: skip
     """Both runs' ``out`` fills, made to differ in every element (the coverage check's premise)."""
     a = out_fill(dtype, shape, runs["A"], name)
-    b = out_fill(dtype, shape, runs["B"], name, stale)
+    b = out_fill(dtype, shape, runs["B"], name, stale, answer)
     clash = _same(a.reshape(-1), b.reshape(-1))
     if clash.any():
         # a stale NaN or drawn integer that happens to equal run A's marker: flip a low bit

@@ -10,6 +10,7 @@ prints: progress goes through a callback the front end supplies.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 from collections.abc import Callable, Mapping
@@ -23,7 +24,7 @@ import kcert
 from kcert.certify import jail, spares
 from kcert.certify.anchors import anchor
 from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
-from kcert.certify.conditions import SCHEME, draw_conditions
+from kcert.certify.conditions import SCHEME, RunConditions, draw_conditions, stale_seed
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.interpreter import blame, static_hazards
@@ -51,7 +52,7 @@ from kcert.certify.report import (
     TimingReport,
 )  # fmt: skip
 from kcert.certify.scope import scope_notes
-from kcert.certify.sizes import shape_scope
+from kcert.certify.sizes import largest_elements, shape_scope
 from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import Allowance, allowances
 from kcert.errors import KcertError
@@ -175,6 +176,7 @@ class _Certifier:
             issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             confinement=self.confinement.to_json(), value_families=value_families(kernel),
             shape_scope=shape_scope(kernel, [r.dims for r in records]), conditions=SCHEME,
+            largest_elements=largest_elements(kernel, [r.dims for r in records]),
         )  # fmt: skip
 
     # ------------------------------------------------------------------ build
@@ -250,16 +252,24 @@ class _Certifier:
         rounded = {o.name: _round(expected[o.name], o.dtype) for o in self.kernel.outputs}
         return rounded, dict(bounds)
 
+    def _stale(self, probe: Probe, cond: RunConditions) -> dict[str, np.ndarray[Any, Any]]:
+        """What an earlier call left in the outputs: the answers for another draw of inputs."""
+        earlier = dataclasses.replace(probe, seed=stale_seed(cond))
+        answers = self.reference(make_inputs(self.kernel, earlier), probe.launch,
+                                 probe=f"{probe.id} (stale fill)")  # fmt: skip
+        return {o.name: _round(answers[o.name], o.dtype) for o in self.kernel.outputs}
+
     def _run_probe(self, probe: Probe) -> _ProbeOutcome:
         kernel, launch = self.kernel, probe.launch
         inputs = make_inputs(kernel, probe)
         rounded, bounds = self._expected(probe, inputs)
         runs = draw_conditions(self.fresh_seed, probe.id)
-        job_a = make_job(kernel, launch, inputs, "A", runs=runs, stale=rounded)
+        stale = self._stale(probe, runs["B"])
+        job_a = make_job(kernel, launch, inputs, "A", runs=runs, stale=stale, answer=rounded)
         run_a = self.sandbox.run(job_a)
         if not run_a.ok:
             return _ProbeOutcome(probe, launch=run_a)
-        job_b = make_job(kernel, launch, inputs, "B", runs=runs, stale=rounded)
+        job_b = make_job(kernel, launch, inputs, "B", runs=runs, stale=stale, answer=rounded)
         run_b = self.sandbox.run(job_b)
         if not run_b.ok:
             return _ProbeOutcome(probe, launch=run_b)
@@ -271,7 +281,8 @@ class _Certifier:
             reference={k: str(anchor(v)) for k, v in rounded.items()},
             outputs={k: str(anchor(v)) for k, v in result.outputs.items()},
             metrics=result.metrics,
-            conditions={run: c.to_json() for run, c in runs.items()},
+            conditions={run: c.to_json([b.name for b in kernel.buffers])
+                        for run, c in runs.items()},  # fmt: skip
         )  # fmt: skip
         return _ProbeOutcome(probe, record, result.findings)
 

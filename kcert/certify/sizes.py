@@ -24,7 +24,12 @@ A dim not named there is capped at twice its largest listed value; a dim
 with a single listed value is a fixed size and is not drawn. Dims draw their
 large sizes in different probes, and a probe over ``probes.max_elements``
 takes smaller listed values for its other dims, so the few fresh probes stay
-affordable on the Triton interpreter.
+affordable on the Triton interpreter. Where two or more dims are drawn, one
+more fresh probe takes every drawn dim at its largest drawn size together
+(scaled down, each no lower than its largest listed value, to fit under
+``probes.max_elements``): a kernel wrong only once a buffer's element count
+(``m * n``) passes what any listed combination reaches is found there, and the
+certificate records the largest buffer probed (``largest_elements``).
 """
 
 from __future__ import annotations
@@ -113,7 +118,34 @@ def fresh_dims(kernel: KernelSpec, fresh_seed: int, count: int) -> list[dict[str
         fitted = _fit(kernel, dims, limit)
         if fitted is not None:
             result.append(fitted)
+    joint = _joint(kernel, sizes, limit)
+    if joint is not None and joint not in result:
+        result.append(joint)
     return result
+
+
+def _joint(kernel: KernelSpec, sizes: Mapping[str, tuple[int, ...]],
+           limit: int) -> dict[str, int] | None:  # fmt: skip
+    """Every drawn dim at its largest drawn size at once, scaled to fit ``limit``; or None."""
+    drawn = [name for name, values in sizes.items() if values]
+    if len(drawn) < 2:
+        return None
+    floor = {name: max(kernel.dims[name]) for name in drawn}
+    dims = {name: (max(sizes[name]) if name in drawn else max(kernel.dims[name]))
+            for name in kernel.dims}  # fmt: skip
+    for _ in range(32):
+        try:
+            elements = kernel.bind(dims).elements()
+        except SpecError:
+            return None
+        if elements <= limit:
+            return dims
+        ratio = (limit / elements) ** (1 / len(drawn)) * 0.98
+        shrunk = {n: max(floor[n], int(dims[n] * ratio)) for n in drawn}
+        if shrunk == {n: dims[n] for n in drawn}:
+            return None  # at the listed maxima and still too large
+        dims.update(shrunk)
+    return None
 
 
 def _fit(kernel: KernelSpec, dims: dict[str, int], limit: int) -> dict[str, int] | None:
@@ -146,6 +178,19 @@ def shape_scope(kernel: KernelSpec, probed: Sequence[Mapping[str, int]]) -> dict
             "draw_up_to": "listed" if cap is None else cap,
         }
     return scope
+
+
+def largest_elements(kernel: KernelSpec, probed: Sequence[Mapping[str, int]]) -> int | None:
+    """The most elements any one buffer held in any of the ``probed`` dims."""
+    largest = None
+    for dims in probed:
+        try:
+            shapes = kernel.bind(dict(dims)).shapes.values()
+        except SpecError:
+            continue
+        most = max((math.prod(shape) for shape in shapes), default=0)
+        largest = most if largest is None else max(largest, most)
+    return largest
 
 
 # ---------------------------------------------------------------------------- numbers
