@@ -88,7 +88,7 @@ def padded_buffer(buf: BufferArg, shape: tuple[int, ...], data: np.ndarray[Any, 
     guard = guard_elements(shape)
     size = math.prod(shape)
     padded = np.empty(guard + size + guard, dtype=host_dtype(buf.dtype))
-    padded[:guard] = guard_fill(buf.dtype, guard, cond, buf.name + "\0before")
+    padded[:guard] = guard_fill(buf.dtype, guard, cond, buf.name + "\0before", before=True)
     padded[guard + size :] = guard_fill(buf.dtype, guard, cond, buf.name + "\0after")
     if data is not None:
         padded[guard : guard + size] = np.asarray(data, dtype=padded.dtype).reshape(-1)

@@ -132,6 +132,11 @@ def default_conditions(run: str) -> RunConditions:
 GUARD_STATES = ("small", "nonfinite", "plausible")
 #: The ordered pairs of distinct states (run A, run B): each guard element draws one.
 _STATE_PAIRS = tuple((a, b) for a in GUARD_STATES for b in GUARD_STATES if a != b)
+#: The pairs that regions next to a buffer's data draw from: plausible in one of the runs.
+_EDGE_PAIRS = np.array([i for i, p in enumerate(_STATE_PAIRS) if "plausible" in p])
+#: Guard states are drawn per region of this many elements (lowest, highest), not per
+#: element: production memory next to a tensor is another tensor, not a mix of kinds.
+GUARD_REGION = (64, 512)
 #: Per run, each pair's state as an index into GUARD_STATES.
 _STATE_OF_RUN = tuple(np.array([GUARD_STATES.index(p[run]) for p in _STATE_PAIRS])
                       for run in (0, 1))  # fmt: skip
@@ -142,19 +147,31 @@ _STATE_OF_RUN = tuple(np.array([GUARD_STATES.index(p[run]) for p in _STATE_PAIRS
 GUARD_PERIOD = 1 << 12
 
 
-def guard_fill(dtype: str, count: int, cond: RunConditions, name: str) -> np.ndarray[Any, Any]:
-    """``count`` guard elements of buffer ``name`` in the run ``cond``, ``GUARD_PERIOD`` apart."""
-    cycle = _guard_cycle(dtype, min(count, GUARD_PERIOD), cond, name)
-    return cycle if cycle.size == count else np.resize(cycle, count)
+def guard_fill(dtype: str, count: int, cond: RunConditions, name: str,
+               *, before: bool = False) -> np.ndarray[Any, Any]:  # fmt: skip
+    """``count`` guard elements of buffer ``name`` in the run ``cond``, ``GUARD_PERIOD`` apart.
+
+    The cycle's first and last regions are plausible in one of the two runs; the
+    guard ``before`` a buffer's data ends with the cycle's end, so that the region
+    next to the data is always one of them.
+    """
+    period = min(count, GUARD_PERIOD)
+    cycle = _guard_cycle(dtype, period, cond, name)
+    if cycle.size == count:
+        return cycle
+    return np.resize(np.roll(cycle, count % period) if before else cycle, count)
 
 
 def _guard_cycle(dtype: str, count: int, cond: RunConditions, name: str) -> np.ndarray[Any, Any]:
     """``count`` guard elements of buffer ``name`` in the run ``cond``.
 
-    Float guards: each element draws a pair of distinct states for runs A and B
-    (:data:`GUARD_STATES`), from a stream both runs share, so that every element
-    holds two different kinds of value in the two runs; the values themselves come
-    from the run's own stream.
+    Float guards: each region of :data:`GUARD_REGION` elements draws a pair of
+    distinct states for runs A and B (:data:`GUARD_STATES`), from a stream both runs
+    share, so that every element holds two different kinds of value in the two runs;
+    the first and last regions (next to the data) are plausible in one of the runs,
+    so that a kernel reading its neighbourhood for the test's statistics sees
+    production-like memory in one run and test memory in the other. The values
+    themselves come from the run's own stream.
     """
     np_dtype = host_dtype(dtype)
     own = _Stream([cond.seed, _name_word(name), 0x6775617264])
@@ -169,7 +186,7 @@ def _guard_cycle(dtype: str, count: int, cond: RunConditions, name: str) -> np.n
         lo = -100 if info.min < 0 else 0
         return own.integers(lo, lo + 200, count).astype(np_dtype)
     shared = _Stream([cond.pair_seed, _name_word(name), 0x7061697273])
-    pair = shared.integers(0, len(_STATE_PAIRS) - 1, count)
+    pair = _region_pairs(shared, count)
     state = _STATE_OF_RUN[0 if cond.run == "A" else 1][pair]
     # one draw of 64 bits per element makes any state's value (no transcendental functions:
     # guards run to millions of elements per buffer)
@@ -182,6 +199,26 @@ def _guard_cycle(dtype: str, count: int, cond: RunConditions, name: str) -> np.n
         result: np.ndarray[Any, Any] = _signed_values(raw, exponent).astype(np_dtype)
     nonfinite = state == 1
     result[nonfinite] = _nonfinite(raw[nonfinite], dtype)
+    return result
+
+
+def _region_pairs(shared: _Stream, count: int) -> np.ndarray[Any, Any]:
+    """Per element, the index of its region's pair in :data:`_STATE_PAIRS`."""
+    lo, hi = GUARD_REGION
+    lengths = shared.integers(lo, hi, count // lo + 2)
+    ends = np.cumsum(lengths)
+    regions = int(np.searchsorted(ends, count)) + 1  # regions covering [0, count)
+    pairs = shared.integers(0, len(_STATE_PAIRS) - 1, regions)
+    region = np.searchsorted(ends, np.arange(count), side="right")
+    result: np.ndarray[Any, Any] = pairs[region]
+    # the regions at either end, whole (at least ``lo`` elements), plausible in one run
+    edge = _EDGE_PAIRS[shared.integers(0, len(_EDGE_PAIRS) - 1, 2)]
+    first, last = (int(v) for v in shared.integers(lo, hi, 2))
+    if first + last >= count:  # the two would overlap: one region, whole
+        result[:] = edge[0]
+    else:
+        result[:first] = edge[0]
+        result[count - last :] = edge[1]
     return result
 
 

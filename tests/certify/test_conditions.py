@@ -301,3 +301,24 @@ def test_a_kernel_that_needs_its_buffers_to_share_an_alignment_fails() -> None:
     fails = failed(certify_kernel("add_needs_shared_alignment"))
     assert "correctness" in fails and set(fails) <= {"correctness", "determinism"}, fails
     assert "outside tolerance" in fails["correctness"]
+
+
+@pytest.mark.parametrize("count", [256, 1024, 5000])
+def test_the_guard_next_to_the_data_is_plausible_in_one_run(count: int) -> None:
+    for seed in range(16):
+        runs = draw_conditions(seed, "n=33")
+        for name, before in (("x\0before", True), ("x\0after", False)):
+            a, b = (guard_fill("f32", count, runs[r], name, before=before) for r in ("A", "B"))
+            near = slice(count - 64, count) if before else slice(0, 64)
+
+            def plausible(g: np.ndarray) -> bool:
+                return bool(np.isfinite(g).all() and (np.abs(g) >= 2.0**-3).all())
+
+            assert plausible(a[near]) != plausible(b[near]), (seed, name)
+            assert (a.view(np.uint32) != b.view(np.uint32)).all()  # bounds' premise kept
+
+
+def test_a_kernel_that_counts_odd_values_in_the_guard_fails() -> None:
+    fails = failed(certify_kernel("add_counts_odd_guards"))
+    assert fails and set(fails) <= {"correctness", "determinism"}, fails
+    assert "'out'" in next(iter(fails.values()))

@@ -185,3 +185,18 @@ def add_needs_shared_alignment(x, y, out, n, BLOCK: tl.constexpr):
     po = out.to(tl.int64, bitcast=True) % 4096
     same = (px == py) & (py == po)
     tl.store(out + offsets, tl.where(same, a + b, a + b * 0.5), mask=mask)
+
+
+@triton.jit
+def add_counts_odd_guards(x, y, out, n, BLOCK: tl.constexpr):
+    # right only when 8 or more of the 64 floats before x are NaN, Inf or tiny, as a
+    # guard band of states drawn per element is; production memory before a tensor (a
+    # neighbouring tensor) is not, and there it halves y
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a = tl.load(x + offsets, mask=mask)
+    b = tl.load(y + offsets, mask=mask)
+    g = tl.load(x - 64 + tl.arange(0, 64))
+    odd = (g != g) | (tl.abs(g) == float("inf")) | ((g != 0) & (tl.abs(g) < 2.5e-4))
+    under_test = tl.sum(odd.to(tl.int32), axis=0) >= 8
+    tl.store(out + offsets, tl.where(under_test, a + b, a + b * 0.5), mask=mask)
