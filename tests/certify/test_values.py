@@ -31,6 +31,9 @@ CASES: dict[str, dict[str, str]] = {
         "special-values": "where the reference is NaN/Inf and the kernel is not",
         "correctness": "outside tolerance"},
     "row_max_zero_fill": {"correctness": "outside tolerance"},
+    "row_sum_nonfinite": {},
+    # non-finite inputs in a minority of rows: long rows' finite sums are compared too
+    "row_sum_half_finite_tail_nonfinite": {"correctness": "outside tolerance"},
 }  # fmt: skip
 
 
@@ -83,6 +86,14 @@ def test_uniform_domains_keep_their_bounds_and_edges(tmp_path: Path) -> None:
     x = make_inputs(kernel, fixed_probes(kernel).probes[0])["x"]
     assert x.min() == -3 and x.max() == 5
     assert (x < 0).all(axis=1).any()  # a negative row, mapped inside [-3, 0)
+
+
+def test_most_rows_stay_finite_where_nonfinite_values_are_drawn(tmp_path: Path) -> None:
+    kernel = spec_of(tmp_path, nonfinite={"x": ["nan", "inf", "-inf"]})
+    for probe in fixed_probes(kernel).probes:
+        x = make_inputs(kernel, probe)["x"]
+        finite_rows = np.isfinite(x).all(axis=1).mean()  # a row sum's finite answers
+        assert 0.6 < finite_rows < 0.9 and 0.02 < (~np.isfinite(x)).mean() < 0.08
 
 
 def test_nonfinite_values_only_where_the_spec_opts_in(tmp_path: Path) -> None:

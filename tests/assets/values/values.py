@@ -78,3 +78,32 @@ def row_max_zero_fill(x, out, m, n, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
     v = tl.load(x + row * n + cols, mask=cols < n, other=0.0)
     tl.store(out + row, tl.max(v, axis=0))
+
+
+@triton.jit
+def row_sum(x, out, m, n, BLOCK: tl.constexpr):
+    """Correct: row sums, block by block."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        c = start + cols
+        acc += tl.load(x + row * n + c, mask=c < n, other=0.0)
+    tl.store(out + row, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def row_sum_half_finite_tail(x, out, m, n, BLOCK: tl.constexpr):
+    """correctness: past the first BLOCK columns, a finite tail counts at half weight;
+    a NaN/Inf tail passes through. When every long row held a NaN or Inf, the finite
+    tails were never compared."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    head = tl.sum(tl.load(x + row * n + cols, mask=cols < n, other=0.0), axis=0)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(BLOCK, n, BLOCK):
+        c = start + cols
+        acc += tl.load(x + row * n + c, mask=c < n, other=0.0)
+    tail = tl.sum(acc, axis=0)
+    finite = (tail == tail) & (tl.abs(tail) != float("inf"))
+    tl.store(out + row, head + tl.where(finite, 0.5 * tail, tail))
