@@ -27,7 +27,7 @@ from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, tim
 from kcert.certify.conditions import SCHEME, RunConditions, draw_conditions, stale_seed
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
-from kcert.certify.interpreter import blame, static_hazards
+from kcert.certify.interpreter import blame, fail_build_on_bool_ops, static_hazards
 from kcert.certify.minimize import Budget, Stop, search
 from kcert.certify.probes import (
     Probe,
@@ -201,8 +201,10 @@ class _Certifier:
             if executor == "cuda":
                 raise
             reason = f"not checked: {exc.diagnostics()}"
-            return [CheckResult("build", Status.SKIP, reason, required=False),
-                    CheckResult("artifact", Status.SKIP, reason, required=False)], None, None
+            skipped = [CheckResult("build", Status.SKIP, reason, required=False),
+                       CheckResult("artifact", Status.SKIP, reason, required=False)]
+            return fail_build_on_bool_ops(skipped, static_hazards(self.kernel),
+                                          executor), None, None  # fmt: skip
         checks = list(report.checks)
         if self.kernel.language == "triton" and self.options.allow_module_code:
             # Triton's compiler ran in the process the module's code ran in: the PTX and
@@ -213,7 +215,8 @@ class _Certifier:
             # the interpreter runs the Python source; the GPU build is linted, not certified
             checks = [_note(c, f" (linted for {arch}; the interpreter ran the source)")
                       for c in checks]  # fmt: skip
-            return checks, None, None
+            return fail_build_on_bool_ops(checks, static_hazards(self.kernel),
+                                          executor), None, None  # fmt: skip
         build = report.builds[0] if report.builds else None
         record = build.record() if build is not None and len(report.builds) == 1 else None
         return checks, (build if executor == "cuda" else None), record
