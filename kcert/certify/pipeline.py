@@ -51,7 +51,7 @@ from kcert.certify.report import (
     Status,
     TimingReport,
 )  # fmt: skip
-from kcert.certify.scope import scope_notes
+from kcert.certify.scope import domain_note, scope_notes
 from kcert.certify.sizes import largest_elements, shape_scope
 from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import Allowance, allowances
@@ -171,7 +171,8 @@ class _Certifier:
             kernel=identity, executor=executor, hw_class=hw_class, environment=dict(env.fields),
             fingerprint=str(env.fingerprint()), fresh_seed=fresh_seed, probes=tuple(records),
             checks=tuple(checks), timing=timing_report, minimized=minimized,
-            minimize_stopped=self.minimize_stopped, scope_notes=scope_notes(kernel, executor),
+            minimize_stopped=self.minimize_stopped,
+            scope_notes=scope_notes(kernel, executor) + domain_note(kernel),
             certifier_version=kcert.__version__,
             issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             confinement=self.confinement.to_json(), value_families=value_families(kernel),

@@ -117,3 +117,15 @@ def test_bad_nonfinite_tables_are_spec_errors(tmp_path: Path, table: dict[str, o
     with pytest.raises(SpecError, match="nonfinite") as error:
         spec_of(tmp_path, nonfinite=table)
     assert says in str(error.value)
+
+
+def test_the_certificate_states_the_magnitudes_it_vouches_for() -> None:
+    # wrong only outside 2**-21 .. 2**13: it passes, and the scope note says the ends probed
+    kernel = load_spec(SPEC).kernel("reciprocal_wrong_outside")
+    report = certify(kernel, CertifyOptions(executor="triton-interpreter", fresh_seed=1,
+                                            minimize=False, timing=False))  # fmt: skip
+    assert report.verdict is Verdict.PASS
+    notes = [n.message for n in report.scope_notes if n.kind == "values"]
+    assert len(notes) == 1, notes
+    assert "x (auto): ±[2^-20 (9.537e-07), 2^12 (4096)] and 0" in notes[0]
+    assert "was not probed" in notes[0]

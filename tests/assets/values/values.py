@@ -107,3 +107,15 @@ def row_sum_half_finite_tail(x, out, m, n, BLOCK: tl.constexpr):
     tail = tl.sum(acc, axis=0)
     finite = (tail == tail) & (tl.abs(tail) != float("inf"))
     tl.store(out + row, head + tl.where(finite, 0.5 * tail, tail))
+
+
+@triton.jit
+def reciprocal_wrong_outside(x, out, n, BLOCK: tl.constexpr):
+    """Passes, and the certificate says why it may: 1/x, but 0 where 0 < |x| < 2**-21 or
+    |x| > 2**13, magnitudes the `auto` f32 domain (2**-20 to 2**12) never draws."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(x + offsets, mask=mask, other=1.0)
+    a = tl.abs(v)
+    off = ((a > 0) & (a < 4.76837158203125e-07)) | (a > 8192.0)
+    tl.store(out + offsets, tl.where(off, 0.0, 1.0 / v), mask=mask)
