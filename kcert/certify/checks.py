@@ -6,11 +6,11 @@ conditions drawn per probe from the certification's fresh seed
 (:mod:`kcert.certify.conditions`):
 
 * run A, the marker run: ``out`` data filled with NaNs of drawn payloads,
-  guards with small values of drawn binades, buffers at a drawn offset that is
-  not a multiple of 256 bytes;
+  guards with small values of drawn binades, each buffer at its own drawn
+  offset that is not a multiple of 256 bytes;
 * run B, the prefilled run: ``out`` data filled with plausible stale values
-  (the reference answer in the wrong places), guards with plausible values,
-  buffers at a drawn multiple of 256 bytes.
+  (the reference answer of another input draw, in the wrong places), guards with plausible values,
+  buffers at drawn multiples of 256 bytes that differ by multiples of 512.
 
 From those, per probe:
 
@@ -46,7 +46,13 @@ from typing import Any
 
 import numpy as np
 
-from kcert.certify.conditions import RunConditions, draw_conditions, guard_fill, out_fills
+from kcert.certify.conditions import (
+    RunConditions,
+    buffer_shifts,
+    draw_conditions,
+    guard_fill,
+    out_fills,
+)
 from kcert.certify.execution import PaddedBuffer, RunJob
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.report import ErrorMetrics
@@ -82,7 +88,7 @@ def padded_buffer(buf: BufferArg, shape: tuple[int, ...], data: np.ndarray[Any, 
     guard = guard_elements(shape)
     size = math.prod(shape)
     padded = np.empty(guard + size + guard, dtype=host_dtype(buf.dtype))
-    padded[:guard] = guard_fill(buf.dtype, guard, cond, buf.name + "\0before")
+    padded[:guard] = guard_fill(buf.dtype, guard, cond, buf.name + "\0before", before=True)
     padded[guard + size :] = guard_fill(buf.dtype, guard, cond, buf.name + "\0after")
     if data is not None:
         padded[guard : guard + size] = np.asarray(data, dtype=padded.dtype).reshape(-1)
@@ -91,11 +97,14 @@ def padded_buffer(buf: BufferArg, shape: tuple[int, ...], data: np.ndarray[Any, 
 
 def make_job(kernel: KernelSpec, launch: Launch, inputs: Mapping[str, np.ndarray[Any, Any]],
              variant: str, *, runs: Mapping[str, RunConditions] | None = None,
-             stale: Mapping[str, np.ndarray[Any, Any]] | None = None) -> RunJob:  # fmt: skip
+             stale: Mapping[str, np.ndarray[Any, Any]] | None = None,
+             answer: Mapping[str, np.ndarray[Any, Any]] | None = None) -> RunJob:  # fmt: skip
     """The job of run ``variant`` ("A" or "B") of one probe under ``runs`` (both runs' conditions).
 
-    ``stale`` holds the probe's reference answers, which run B's ``out`` buffers get in
-    the wrong places; ``runs`` defaults to the conditions of seed 0 (tests and tools).
+    ``stale`` holds an earlier call's answers (the reference answers of another input
+    draw of the same shape), which run B's ``out`` buffers hold in the wrong places;
+    ``answer`` the probe's own reference answers, which the stale fill never keeps;
+    ``runs`` defaults to the conditions of seed 0 (tests and tools).
     """
     runs = runs if runs is not None else draw_conditions(0, "")
     cond = runs[variant]
@@ -103,13 +112,15 @@ def make_job(kernel: KernelSpec, launch: Launch, inputs: Mapping[str, np.ndarray
     for b in kernel.buffers:
         if b.intent is Intent.OUT:
             fills = out_fills(b.dtype, launch.shapes[b.name], runs, b.name,
-                              None if stale is None else stale.get(b.name))  # fmt: skip
+                              None if stale is None else stale.get(b.name),
+                              None if answer is None else answer.get(b.name))  # fmt: skip
             contents[b.name] = fills[variant]
         else:
             contents[b.name] = inputs.get(b.name)
     buffers = tuple(padded_buffer(b, launch.shapes[b.name], contents[b.name], cond)
                     for b in kernel.buffers)  # fmt: skip
-    return RunJob(launch, buffers, address_shift=cond.shift)
+    shifts = buffer_shifts(cond, [b.name for b in kernel.buffers])
+    return RunJob(launch, buffers, address_shift=cond.shift, buffer_shifts=shifts)
 
 # ---------------------------------------------------------------------------- evaluation
 

@@ -7,9 +7,11 @@ each probe's seeds, shifts and roll):
 
 * ``out`` data regions. Run A, the marker run: quiet NaNs with drawn payloads
   and signs (integers: drawn bits; bools: bytes that are no bool). Run B, the
-  prefilled run: plausible stale values, the probe's own reference answer
-  rotated by a drawn number of elements (values of the right kind in the wrong
-  places, as when a caching allocator hands back the previous call's output).
+  prefilled run: plausible stale values, the reference answer of a *different*
+  input draw of the same shape (from run B's seed), rotated by a drawn number
+  of elements: what a caching allocator hands back after an earlier call, and
+  never this probe's own answer shifted, which a kernel could recognise by
+  finding its old ``out`` values among the answers it computes.
   The two fills differ in every element, byte for byte, so an element that
   holds its run's fill after both runs was never written.
 * Guard bands (floats). Each element draws a pair of distinct states for runs
@@ -23,16 +25,18 @@ each probe's seeds, shifts and roll):
   that a kernel that tells the test apart by what lies past its buffers
   misbehaves in a run). Integer guards hold drawn bits in run A and small
   integers in run B; bool guards hold non-bool bytes in A and 0/1 in B.
-* Addresses. Every padded buffer starts at a drawn offset past a 4096-byte
-  boundary: in run A an odd multiple of 16 bytes (never a multiple of 256), in
-  run B a multiple of 256 (what allocators give), so a kernel that depends on
-  its pointers' alignment sees both kinds.
+* Addresses. Each padded buffer starts at its own drawn offset past a
+  4096-byte boundary (:func:`buffer_shifts`): in run A an odd multiple of 16
+  bytes (never a multiple of 256), drawn per buffer; in run B the run's
+  multiple of 256 plus a different multiple of 512 per buffer (a caching
+  allocator packs tensors at 512-byte granularity), so a kernel that depends on
+  its pointers' alignment, or on two buffers sharing it, sees both kinds.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +48,7 @@ from kcert.certify.spec import FLOAT_DTYPES
 
 #: Names the scheme below; recorded in the certificate so that a reader knows how
 #: each probe's recorded seeds, shifts and roll were turned into buffer contents.
-SCHEME = "kcert-conditions-v1"
+SCHEME = "kcert-conditions-v2"
 RUNS = ("A", "B")
 #: Run A's guard values are below this in magnitude (see the module docstring).
 SMALL_GUARD_EXP = -12
@@ -61,16 +65,37 @@ class RunConditions:
     run: str  # "A" (marker) or "B" (prefilled)
     #: Every element-wise fill (guards, ``out`` data) comes from this seed and the buffer name.
     seed: int
-    #: Bytes between a 4096-byte boundary and the start of every padded buffer.
+    #: Run A: an odd multiple of 16 bytes; run B: the multiple of 256 that every buffer's
+    #: offset past a 4096-byte boundary starts from (see :func:`buffer_shifts`).
     shift: int
     #: Both runs' guards draw each element's pair of states from this seed.
     pair_seed: int
     #: Run B: elements the stale ``out`` contents are rotated by (0 in run A).
     roll: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, buffers: Sequence[str] = ()) -> dict[str, Any]:
+        """The recorded form; with ``buffers`` named, each one's offset too."""
         return {"seed": self.seed, "pair_seed": self.pair_seed, "shift": self.shift,
-                "roll": self.roll}  # fmt: skip
+                "roll": self.roll,
+                **({"offsets": buffer_shifts(self, buffers)} if buffers else {})}  # fmt: skip
+
+
+def buffer_shifts(cond: RunConditions, names: Sequence[str]) -> dict[str, int]:
+    """Per buffer, the bytes between a 4096-byte boundary and its padded array's start.
+
+    Drawn per buffer, so that buffers of one run never all share an alignment: in
+    run A odd multiples of 16 (never of 256), the first buffer at ``cond.shift``; in
+    run B ``cond.shift`` plus distinct multiples of 512 (eight slots; the first
+    buffer at 0), as a caching allocator packs tensors of a few kilobytes.
+    """
+    stream = _Stream([cond.seed, 0x6F666673])
+    if cond.run == "A":
+        odd = stream.integers(0, 239, len(names))
+        shifts = [cond.shift, *(int(16 * (1 + k + k // 15)) for k in odd[1:])]
+    else:
+        slots = [0, *(int(v) for v in np.argsort(stream.uniform(7)) + 1)]
+        shifts = [(cond.shift + 512 * slots[i % 8]) % 4096 for i in range(len(names))]
+    return dict(zip(names, shifts, strict=False))
 
 
 def draw_conditions(fresh_seed: int, probe_id: str) -> dict[str, RunConditions]:
@@ -88,6 +113,11 @@ def draw_conditions(fresh_seed: int, probe_id: str) -> dict[str, RunConditions]:
             "B": RunConditions("B", seeds["B"], shift_b, pairs, roll)}  # fmt: skip
 
 
+def stale_seed(cond: RunConditions) -> int:
+    """The seed of the input draw whose reference answer run ``cond``'s ``out`` holds."""
+    return derive_seed(cond.seed, "stale inputs")
+
+
 def default_conditions(run: str) -> RunConditions:
     """Conditions for a launch outside a certification (tests, tools): seed 0."""
     return draw_conditions(0, "")[run]
@@ -102,6 +132,11 @@ def default_conditions(run: str) -> RunConditions:
 GUARD_STATES = ("small", "nonfinite", "plausible")
 #: The ordered pairs of distinct states (run A, run B): each guard element draws one.
 _STATE_PAIRS = tuple((a, b) for a in GUARD_STATES for b in GUARD_STATES if a != b)
+#: The pairs that regions next to a buffer's data draw from: plausible in one of the runs.
+_EDGE_PAIRS = np.array([i for i, p in enumerate(_STATE_PAIRS) if "plausible" in p])
+#: Guard states are drawn per region of this many elements (lowest, highest), not per
+#: element: production memory next to a tensor is another tensor, not a mix of kinds.
+GUARD_REGION = (64, 512)
 #: Per run, each pair's state as an index into GUARD_STATES.
 _STATE_OF_RUN = tuple(np.array([GUARD_STATES.index(p[run]) for p in _STATE_PAIRS])
                       for run in (0, 1))  # fmt: skip
@@ -112,19 +147,31 @@ _STATE_OF_RUN = tuple(np.array([GUARD_STATES.index(p[run]) for p in _STATE_PAIRS
 GUARD_PERIOD = 1 << 12
 
 
-def guard_fill(dtype: str, count: int, cond: RunConditions, name: str) -> np.ndarray[Any, Any]:
-    """``count`` guard elements of buffer ``name`` in the run ``cond``, ``GUARD_PERIOD`` apart."""
-    cycle = _guard_cycle(dtype, min(count, GUARD_PERIOD), cond, name)
-    return cycle if cycle.size == count else np.resize(cycle, count)
+def guard_fill(dtype: str, count: int, cond: RunConditions, name: str,
+               *, before: bool = False) -> np.ndarray[Any, Any]:  # fmt: skip
+    """``count`` guard elements of buffer ``name`` in the run ``cond``, ``GUARD_PERIOD`` apart.
+
+    The cycle's first and last regions are plausible in one of the two runs; the
+    guard ``before`` a buffer's data ends with the cycle's end, so that the region
+    next to the data is always one of them.
+    """
+    period = min(count, GUARD_PERIOD)
+    cycle = _guard_cycle(dtype, period, cond, name)
+    if cycle.size == count:
+        return cycle
+    return np.resize(np.roll(cycle, count % period) if before else cycle, count)
 
 
 def _guard_cycle(dtype: str, count: int, cond: RunConditions, name: str) -> np.ndarray[Any, Any]:
     """``count`` guard elements of buffer ``name`` in the run ``cond``.
 
-    Float guards: each element draws a pair of distinct states for runs A and B
-    (:data:`GUARD_STATES`), from a stream both runs share, so that every element
-    holds two different kinds of value in the two runs; the values themselves come
-    from the run's own stream.
+    Float guards: each region of :data:`GUARD_REGION` elements draws a pair of
+    distinct states for runs A and B (:data:`GUARD_STATES`), from a stream both runs
+    share, so that every element holds two different kinds of value in the two runs;
+    the first and last regions (next to the data) are plausible in one of the runs,
+    so that a kernel reading its neighbourhood for the test's statistics sees
+    production-like memory in one run and test memory in the other. The values
+    themselves come from the run's own stream.
     """
     np_dtype = host_dtype(dtype)
     own = _Stream([cond.seed, _name_word(name), 0x6775617264])
@@ -139,7 +186,7 @@ def _guard_cycle(dtype: str, count: int, cond: RunConditions, name: str) -> np.n
         lo = -100 if info.min < 0 else 0
         return own.integers(lo, lo + 200, count).astype(np_dtype)
     shared = _Stream([cond.pair_seed, _name_word(name), 0x7061697273])
-    pair = shared.integers(0, len(_STATE_PAIRS) - 1, count)
+    pair = _region_pairs(shared, count)
     state = _STATE_OF_RUN[0 if cond.run == "A" else 1][pair]
     # one draw of 64 bits per element makes any state's value (no transcendental functions:
     # guards run to millions of elements per buffer)
@@ -152,6 +199,26 @@ def _guard_cycle(dtype: str, count: int, cond: RunConditions, name: str) -> np.n
         result: np.ndarray[Any, Any] = _signed_values(raw, exponent).astype(np_dtype)
     nonfinite = state == 1
     result[nonfinite] = _nonfinite(raw[nonfinite], dtype)
+    return result
+
+
+def _region_pairs(shared: _Stream, count: int) -> np.ndarray[Any, Any]:
+    """Per element, the index of its region's pair in :data:`_STATE_PAIRS`."""
+    lo, hi = GUARD_REGION
+    lengths = shared.integers(lo, hi, count // lo + 2)
+    ends = np.cumsum(lengths)
+    regions = int(np.searchsorted(ends, count)) + 1  # regions covering [0, count)
+    pairs = shared.integers(0, len(_STATE_PAIRS) - 1, regions)
+    region = np.searchsorted(ends, np.arange(count), side="right")
+    result: np.ndarray[Any, Any] = pairs[region]
+    # the regions at either end, whole (at least ``lo`` elements), plausible in one run
+    edge = _EDGE_PAIRS[shared.integers(0, len(_EDGE_PAIRS) - 1, 2)]
+    first, last = (int(v) for v in shared.integers(lo, hi, 2))
+    if first + last >= count:  # the two would overlap: one region, whole
+        result[:] = edge[0]
+    else:
+        result[:first] = edge[0]
+        result[count - last :] = edge[1]
     return result
 
 
@@ -180,11 +247,15 @@ def _nonfinite(raw: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
 
 
 def out_fill(dtype: str, shape: tuple[int, ...], cond: RunConditions, name: str,
-             stale: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:  # fmt: skip
+             stale: np.ndarray[Any, Any] | None = None,
+             answer: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:  # fmt: skip
     """What the ``out`` buffer ``name`` holds before the launch of run ``cond``.
 
-    ``stale`` is the probe's reference answer in the output dtype (run B); without
-    it, run B's fill is plausible values like its guards'.
+    ``stale`` is an earlier call's answer in the output dtype (run B: the reference
+    answer of another input draw, :func:`stale_seed`); without it, run B's fill is
+    plausible values like its guards'. Where the stale value equals this probe's
+    ``answer`` (``stale`` itself when not given), keeping it would be right: those
+    elements get plausible values instead.
     """
     count = math.prod(shape)
     np_dtype = host_dtype(dtype)
@@ -194,21 +265,23 @@ def out_fill(dtype: str, shape: tuple[int, ...], cond: RunConditions, name: str,
     plausible = _stale_fallback(dtype, count, stream)
     if stale is None or count == 0:
         return plausible.reshape(shape)
-    answer = np.ascontiguousarray(np.asarray(stale, dtype=np_dtype)).reshape(-1)
-    rotated = np.roll(answer, cond.roll % count)
-    # where the rotation lands the right answer on itself, keeping it would be right
-    same = _same(rotated, answer)
+    previous = np.ascontiguousarray(np.asarray(stale, dtype=np_dtype)).reshape(-1)
+    right = previous if answer is None else np.ascontiguousarray(
+        np.asarray(answer, dtype=np_dtype)).reshape(-1)  # fmt: skip
+    rotated = np.roll(previous, cond.roll % count)
+    # where the stale value is this probe's right answer, keeping it would be right
+    same = _same(rotated, right)
     rotated[same] = plausible[same]
     return rotated.reshape(shape)
 
 
 def out_fills(
     dtype: str, shape: tuple[int, ...], runs: Mapping[str, RunConditions], name: str,
-    stale: np.ndarray[Any, Any] | None = None,
+    stale: np.ndarray[Any, Any] | None = None, answer: np.ndarray[Any, Any] | None = None,
 ) -> dict[str, np.ndarray[Any, Any]]:  # fmt: skip
     """Both runs' ``out`` fills, made to differ in every element (the coverage check's premise)."""
     a = out_fill(dtype, shape, runs["A"], name)
-    b = out_fill(dtype, shape, runs["B"], name, stale)
+    b = out_fill(dtype, shape, runs["B"], name, stale, answer)
     clash = _same(a.reshape(-1), b.reshape(-1))
     if clash.any():
         # a stale NaN or drawn integer that happens to equal run A's marker: flip a low bit

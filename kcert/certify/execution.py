@@ -66,6 +66,8 @@ class RunJob:
     #: run sees different buffer addresses (the determinism check).
     address_shift: int = 0
     launches: int = 1
+    #: Per buffer name, its own shift in place of ``address_shift`` (the drawn conditions).
+    buffer_shifts: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

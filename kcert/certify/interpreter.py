@@ -98,6 +98,33 @@ def _hazards(kernel: KernelSpec, tree: ast.Module) -> tuple[Hazard, ...]:
     return tuple(hazards)
 
 
+def fail_build_on_bool_ops(checks: Sequence[CheckResult], hazards: Sequence[Hazard],
+                           executor: str) -> list[CheckResult]:  # fmt: skip
+    """``checks`` with ``build`` failed where only the interpreter ran a tensor ``and``/``or``.
+
+    The probes then saw what the interpreter computes (``b`` alone), never what the
+    compiled kernel computes (``a & b``): a pass would vouch for behaviour no GPU runs,
+    and a kernel can even be correct only under the interpreter. The other
+    differences make the interpreter fail where the compiler would not, so they stay
+    notes; this one can make it pass where the compiled kernel is wrong.
+    """
+    bool_ops = [h for h in hazards if h.kind == "bool-op"]
+    if executor != EXECUTOR or not bool_ops:
+        return list(checks)
+    said = "; ".join(f"{h.message} (line {h.line})" for h in bool_ops)
+    message = (f"'and'/'or' on tensors, certified on the Triton interpreter only: {said}; "
+               "the interpreter computes 'a and b' as b alone ('a or b' as a), the compiled "
+               "kernel computes a & b (a | b), so the probes never saw what a GPU runs and "
+               "the compiled kernel is wrong wherever the two differ; write & or |")  # fmt: skip
+    result = []
+    for check in checks:
+        if check.name == "build":
+            details = {**check.details, "bool_ops": [h.to_json() for h in bool_ops]}
+            check = CheckResult("build", Status.FAIL, message, check.probe, True, details)
+        result.append(check)
+    return result
+
+
 def blame(checks: Sequence[CheckResult], hazards: Sequence[Hazard],
           executor: str) -> list[CheckResult]:  # fmt: skip
     """``checks``, the interpreter named in each failure that matches one of its differences."""

@@ -10,6 +10,7 @@ prints: progress goes through a callback the front end supplies.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 from collections.abc import Callable, Mapping
@@ -23,10 +24,10 @@ import kcert
 from kcert.certify import jail, spares
 from kcert.certify.anchors import anchor
 from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
-from kcert.certify.conditions import SCHEME, draw_conditions
+from kcert.certify.conditions import SCHEME, RunConditions, draw_conditions, stale_seed
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
-from kcert.certify.interpreter import blame, static_hazards
+from kcert.certify.interpreter import blame, fail_build_on_bool_ops, static_hazards
 from kcert.certify.minimize import Budget, Stop, search
 from kcert.certify.probes import (
     Probe,
@@ -50,8 +51,8 @@ from kcert.certify.report import (
     Status,
     TimingReport,
 )  # fmt: skip
-from kcert.certify.scope import scope_notes
-from kcert.certify.sizes import shape_scope
+from kcert.certify.scope import domain_note, scope_notes
+from kcert.certify.sizes import largest_elements, shape_scope
 from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import Allowance, allowances
 from kcert.errors import KcertError
@@ -170,11 +171,13 @@ class _Certifier:
             kernel=identity, executor=executor, hw_class=hw_class, environment=dict(env.fields),
             fingerprint=str(env.fingerprint()), fresh_seed=fresh_seed, probes=tuple(records),
             checks=tuple(checks), timing=timing_report, minimized=minimized,
-            minimize_stopped=self.minimize_stopped, scope_notes=scope_notes(kernel, executor),
+            minimize_stopped=self.minimize_stopped,
+            scope_notes=scope_notes(kernel, executor) + domain_note(kernel),
             certifier_version=kcert.__version__,
             issued_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             confinement=self.confinement.to_json(), value_families=value_families(kernel),
             shape_scope=shape_scope(kernel, [r.dims for r in records]), conditions=SCHEME,
+            largest_elements=largest_elements(kernel, [r.dims for r in records]),
         )  # fmt: skip
 
     # ------------------------------------------------------------------ build
@@ -199,8 +202,10 @@ class _Certifier:
             if executor == "cuda":
                 raise
             reason = f"not checked: {exc.diagnostics()}"
-            return [CheckResult("build", Status.SKIP, reason, required=False),
-                    CheckResult("artifact", Status.SKIP, reason, required=False)], None, None
+            skipped = [CheckResult("build", Status.SKIP, reason, required=False),
+                       CheckResult("artifact", Status.SKIP, reason, required=False)]
+            return fail_build_on_bool_ops(skipped, static_hazards(self.kernel),
+                                          executor), None, None  # fmt: skip
         checks = list(report.checks)
         if self.kernel.language == "triton" and self.options.allow_module_code:
             # Triton's compiler ran in the process the module's code ran in: the PTX and
@@ -211,7 +216,8 @@ class _Certifier:
             # the interpreter runs the Python source; the GPU build is linted, not certified
             checks = [_note(c, f" (linted for {arch}; the interpreter ran the source)")
                       for c in checks]  # fmt: skip
-            return checks, None, None
+            return fail_build_on_bool_ops(checks, static_hazards(self.kernel),
+                                          executor), None, None  # fmt: skip
         build = report.builds[0] if report.builds else None
         record = build.record() if build is not None and len(report.builds) == 1 else None
         return checks, (build if executor == "cuda" else None), record
@@ -250,16 +256,24 @@ class _Certifier:
         rounded = {o.name: _round(expected[o.name], o.dtype) for o in self.kernel.outputs}
         return rounded, dict(bounds)
 
+    def _stale(self, probe: Probe, cond: RunConditions) -> dict[str, np.ndarray[Any, Any]]:
+        """What an earlier call left in the outputs: the answers for another draw of inputs."""
+        earlier = dataclasses.replace(probe, seed=stale_seed(cond))
+        answers = self.reference(make_inputs(self.kernel, earlier), probe.launch,
+                                 probe=f"{probe.id} (stale fill)")  # fmt: skip
+        return {o.name: _round(answers[o.name], o.dtype) for o in self.kernel.outputs}
+
     def _run_probe(self, probe: Probe) -> _ProbeOutcome:
         kernel, launch = self.kernel, probe.launch
         inputs = make_inputs(kernel, probe)
         rounded, bounds = self._expected(probe, inputs)
         runs = draw_conditions(self.fresh_seed, probe.id)
-        job_a = make_job(kernel, launch, inputs, "A", runs=runs, stale=rounded)
+        stale = self._stale(probe, runs["B"])
+        job_a = make_job(kernel, launch, inputs, "A", runs=runs, stale=stale, answer=rounded)
         run_a = self.sandbox.run(job_a)
         if not run_a.ok:
             return _ProbeOutcome(probe, launch=run_a)
-        job_b = make_job(kernel, launch, inputs, "B", runs=runs, stale=rounded)
+        job_b = make_job(kernel, launch, inputs, "B", runs=runs, stale=stale, answer=rounded)
         run_b = self.sandbox.run(job_b)
         if not run_b.ok:
             return _ProbeOutcome(probe, launch=run_b)
@@ -271,7 +285,8 @@ class _Certifier:
             reference={k: str(anchor(v)) for k, v in rounded.items()},
             outputs={k: str(anchor(v)) for k, v in result.outputs.items()},
             metrics=result.metrics,
-            conditions={run: c.to_json() for run, c in runs.items()},
+            conditions={run: c.to_json([b.name for b in kernel.buffers])
+                        for run, c in runs.items()},  # fmt: skip
         )  # fmt: skip
         return _ProbeOutcome(probe, record, result.findings)
 

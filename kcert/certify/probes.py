@@ -55,6 +55,12 @@ _BINADES, _INTEGERS, _EDGES = 4, 5, 6
 _ROW_SIGN_WEIGHTS = (0.30, 0.15)
 #: Share of elements that are non-finite, in buffers whose spec opts in (``nonfinite``).
 _NONFINITE_RATE = 0.05
+#: Non-finite values go to this share of the rows (the innermost axis; blocks of
+#: ``_NONFINITE_BLOCK`` elements in a 1-D buffer), so that most rows stay finite and a
+#: reduction's finite answers are still compared: at 5% per element everywhere, every
+#: row longer than about a hundred would hold one and its reference be NaN or Inf.
+_NONFINITE_ROWS = 0.25
+_NONFINITE_BLOCK = 64
 NONFINITE_KINDS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
@@ -208,7 +214,7 @@ def draw_values(stream: _Stream, buf: BufferArg, domain: ValueDomain, shape: tup
         values = np.clip(values, -limit, limit)
         values = _sign_rows(stream, buf.dtype, domain, values, shape)
         if nonfinite:
-            values = _nonfinite(stream, values, nonfinite)
+            values = _nonfinite(stream, values, nonfinite, shape)
         result: np.ndarray[Any, Any] = values.astype(dtype).reshape(shape)
         return result
     return _int_values(stream, dtype, domain, count).reshape(shape)
@@ -328,11 +334,14 @@ def _sign_rows(stream: _Stream, dtype: str, domain: ValueDomain, values: np.ndar
     return result.reshape(values.shape)
 
 
-def _nonfinite(stream: _Stream, values: np.ndarray[Any, Any],
-               kinds: tuple[str, ...]) -> np.ndarray[Any, Any]:  # fmt: skip
-    """A share of the elements replaced by the non-finite values the spec opted into."""
+def _nonfinite(stream: _Stream, values: np.ndarray[Any, Any], kinds: tuple[str, ...],
+               shape: tuple[int, ...]) -> np.ndarray[Any, Any]:  # fmt: skip
+    """A share of the elements, in a minority of rows, replaced by the spec's non-finite values."""
     n = values.size
-    chosen = stream.uniform(n) < _NONFINITE_RATE
+    width = shape[-1] if len(shape) > 1 else _NONFINITE_BLOCK
+    rows = -(-n // max(width, 1))
+    hosts = np.repeat(stream.uniform(rows) < _NONFINITE_ROWS, max(width, 1))[:n]
+    chosen = hosts & (stream.uniform(n) < _NONFINITE_RATE / _NONFINITE_ROWS)
     which = np.minimum((stream.uniform(n) * len(kinds)).astype(np.int64), len(kinds) - 1)
     table = np.array([NONFINITE_KINDS[k] for k in kinds])
     result: np.ndarray[Any, Any] = np.where(chosen, table[which], values)

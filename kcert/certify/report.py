@@ -257,6 +257,8 @@ class CertificationReport:
     #: Per dim, the sizes certified (``kcert.certify.sizes.shape_scope``); None only in
     #: reports made before kcert drew sizes.
     shape_scope: Mapping[str, Mapping[str, Any]] | None = None
+    #: The most elements one buffer held in any probe (``kcert.certify.sizes.largest_elements``).
+    largest_elements: int | None = None
     #: How each probe's buffer contents and addresses were drawn (``kcert.certify.conditions``).
     conditions: str | None = None
 
@@ -282,6 +284,8 @@ class CertificationReport:
                 **({"conditions": self.conditions} if self.conditions else {}),
                 **({"scope": {k: dict(v) for k, v in self.shape_scope.items()}}
                    if self.shape_scope is not None else {}),
+                **({"largest_elements": self.largest_elements}
+                   if self.largest_elements is not None else {}),
             },
             "checks": [c.to_json() for c in self.checks],
             "minimized": {k: dict(v) for k, v in self.minimized.items()},

@@ -290,7 +290,8 @@ class Sandbox:
         for b, layout in zip(job.buffers, layouts, strict=True):
             if b.padded.ndim != 1 or layout.guard + layout.size > layout.length:
                 raise ValueError(f"buffer '{b.name}' is not a 1-D padded array holding its data")
-        shift = effective_shift(job.address_shift)
+        shift = [effective_shift(job.buffer_shifts.get(b.name, job.address_shift))
+                 for b in job.buffers]  # fmt: skip
         return {"op": op, "launch": job.launch, "layouts": layouts, "shift": shift,
                 "launches": max(1, job.launches)}  # fmt: skip
 

@@ -111,6 +111,41 @@ def _centred(domain: ValueDomain) -> bool:
     return abs(mean) <= LARGE_MEAN_RATIO * spread
 
 
+def domain_note(kernel: KernelSpec) -> tuple[ScopeNote, ...]:
+    """A note stating the magnitudes each float input was drawn over: what a pass covers.
+
+    A kernel wrong only outside them (``1/x`` for ``|x| < 2**-21``) passes; the
+    certificate says so rather than let a pass read as "for every float".
+    """
+    from kcert.certify.probes import domain_ends  # probes imports nothing from here
+
+    parts = []
+    for buf in kernel.buffers:
+        if buf.intent is Intent.OUT or buf.dtype not in FLOAT_DTYPES:
+            continue
+        domain = _domain(kernel, buf.name)
+        centre, tiny, large, both = domain_ends(buf.dtype, domain)
+        around = f"{centre:g} " if centre else ""
+        sign = "±" if both else ("-" if domain.kind == "uniform" and domain.b <= 0 else "+")
+        zero = both or (domain.kind == "uniform" and 0.0 in (domain.a, domain.b))
+        parts.append(f"{buf.name} ({domain.spec_text()}): {around}{sign}[{_power(tiny)}, "
+                     f"{_power(large)}]{' and 0' if zero else ''}")  # fmt: skip
+    if not parts:
+        return ()
+    return (ScopeNote("values", (
+        "inputs were drawn only with magnitudes between these ends: " + "; ".join(parts)
+        + "; behaviour outside them (a reciprocal of a tinier value, a square of a larger "
+        "one) was not probed; widen [kernel.values] to vouch for more")),)
+
+
+def _power(value: float) -> str:
+    """``2^k (v)`` for a power of two, else ``v``."""
+    exponent = math.log2(value) if value > 0 else 0.0
+    if value > 0 and exponent == int(exponent):
+        return f"2^{int(exponent)} ({value:.4g})"
+    return f"{value:.4g}"
+
+
 # ---------------------------------------------------------------------------- executor
 
 

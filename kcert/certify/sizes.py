@@ -5,9 +5,13 @@ wrong at a size the spec's author did not think of (``n % 4 == 2``, a prime,
 anything past the largest listed value) would pass. Fresh probes therefore
 draw their sizes from the certification's fresh seed, per dim:
 
-1. one size past the largest listed value, in the top eighth of the way up to
-   the dim's cap (a prime where the stretch holds one), so that the scope a
-   certificate claims reaches what was probed;
+1. one size past the largest listed value drawn log-uniformly over the whole
+   stretch up to the dim's cap, so that every region of it is reachable across
+   seeds (a kernel wrong only between the largest listed value and 7/8 of the
+   cap is found), and, when at least three sizes are drawn, one more in the top
+   eighth of the stretch (a prime where it holds one), so that the largest size
+   probed comes near the cap; the certificate's scope records the sizes
+   actually probed, never the cap as if it had been;
 2. then sizes inside the listed range, drawn log-uniformly (small sizes are
    cheap and are where tails go wrong) and picked, among a few candidates,
    to cover the residues modulo 2, 3, 4, 5, 7 and 8 that neither the listed
@@ -20,7 +24,12 @@ A dim not named there is capped at twice its largest listed value; a dim
 with a single listed value is a fixed size and is not drawn. Dims draw their
 large sizes in different probes, and a probe over ``probes.max_elements``
 takes smaller listed values for its other dims, so the few fresh probes stay
-affordable on the Triton interpreter.
+affordable on the Triton interpreter. Where two or more dims are drawn, one
+more fresh probe takes every drawn dim at its largest drawn size together
+(scaled down, each no lower than its largest listed value, to fit under
+``probes.max_elements``): a kernel wrong only once a buffer's element count
+(``m * n``) passes what any listed combination reaches is found there, and the
+certificate records the largest buffer probed (``largest_elements``).
 """
 
 from __future__ import annotations
@@ -66,9 +75,13 @@ def _draw_dim(stream: _Stream, listed: list[int], cap: int, count: int) -> list[
     lo, hi = listed[0], listed[-1]
     chosen: list[int] = []
     if cap > hi:
-        bottom = max(hi + 1, cap - (cap - hi) // 8)
-        top = _uniform_int(stream, bottom, cap)
-        chosen.append(_prime_at_or_below(top, bottom) or top)
+        chosen.append(_log_uniform_int(stream, hi + 1, cap))
+        if count >= 3:
+            bottom = max(hi + 1, cap - (cap - hi) // 8)
+            top = _uniform_int(stream, bottom, cap)
+            top = _prime_at_or_below(top, bottom) or top
+            if top not in chosen:
+                chosen.append(top)
     first = True
     while len(chosen) < count:
         covered = {(m, v % m) for v in (*listed, *chosen) for m in MODULI}
@@ -105,7 +118,34 @@ def fresh_dims(kernel: KernelSpec, fresh_seed: int, count: int) -> list[dict[str
         fitted = _fit(kernel, dims, limit)
         if fitted is not None:
             result.append(fitted)
+    joint = _joint(kernel, sizes, limit)
+    if joint is not None and joint not in result:
+        result.append(joint)
     return result
+
+
+def _joint(kernel: KernelSpec, sizes: Mapping[str, tuple[int, ...]],
+           limit: int) -> dict[str, int] | None:  # fmt: skip
+    """Every drawn dim at its largest drawn size at once, scaled to fit ``limit``; or None."""
+    drawn = [name for name, values in sizes.items() if values]
+    if len(drawn) < 2:
+        return None
+    floor = {name: max(kernel.dims[name]) for name in drawn}
+    dims = {name: (max(sizes[name]) if name in drawn else max(kernel.dims[name]))
+            for name in kernel.dims}  # fmt: skip
+    for _ in range(32):
+        try:
+            elements = kernel.bind(dims).elements()
+        except SpecError:
+            return None
+        if elements <= limit:
+            return dims
+        ratio = (limit / elements) ** (1 / len(drawn)) * 0.98
+        shrunk = {n: max(floor[n], int(dims[n] * ratio)) for n in drawn}
+        if shrunk == {n: dims[n] for n in drawn}:
+            return None  # at the listed maxima and still too large
+        dims.update(shrunk)
+    return None
 
 
 def _fit(kernel: KernelSpec, dims: dict[str, int], limit: int) -> dict[str, int] | None:
@@ -138,6 +178,19 @@ def shape_scope(kernel: KernelSpec, probed: Sequence[Mapping[str, int]]) -> dict
             "draw_up_to": "listed" if cap is None else cap,
         }
     return scope
+
+
+def largest_elements(kernel: KernelSpec, probed: Sequence[Mapping[str, int]]) -> int | None:
+    """The most elements any one buffer held in any of the ``probed`` dims."""
+    largest = None
+    for dims in probed:
+        try:
+            shapes = kernel.bind(dict(dims)).shapes.values()
+        except SpecError:
+            continue
+        most = max((math.prod(shape) for shape in shapes), default=0)
+        largest = most if largest is None else max(largest, most)
+    return largest
 
 
 # ---------------------------------------------------------------------------- numbers

@@ -115,6 +115,7 @@ def _summary(report: CertificationReport, certificate: str | None,
         "minimize_stopped": dict(report.minimize_stopped),
         "scope_notes": [n.to_json() for n in report.scope_notes],
         "shape_scope": {k: dict(v) for k, v in (report.shape_scope or {}).items()},
+        "largest_elements": report.largest_elements,
         "certificate": certificate,
         "certificate_id": certificate_id,
     }  # fmt: skip
@@ -146,6 +147,9 @@ def _show(report: CertificationReport, certificate: str | None, certificate_id: 
             out_console.print(f"sizes probed for {name}: {scope['min']} to {scope['max']} "
                               f"({len(scope['listed'])} listed, {len(scope['drawn'])} drawn)",
                               markup=False)  # fmt: skip
+    if report.largest_elements is not None:
+        out_console.print(f"largest buffer probed: {report.largest_elements} elements",
+                          markup=False)  # fmt: skip
     verdict = report.verdict
     style = "green" if verdict is Verdict.PASS else "bold red"
     out_console.print(f"verdict: [{style}]{verdict}[/]")

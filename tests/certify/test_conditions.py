@@ -16,8 +16,10 @@ import pytest
 from kcert.attest.statement import validate_predicate
 from kcert.certify.conditions import (
     SMALL_GUARD_EXP,
+    buffer_shifts,
     draw_conditions,
     guard_fill,
+    out_fills,
 )  # fmt: skip
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.pipeline import CertifyOptions, certify
@@ -107,8 +109,9 @@ def test_drawn_sizes_cover_residues_primes_and_reach_past_the_listed(tmp_path: P
         sizes = drawn_sizes(kernel, seed, 4)
         assert sizes["d"] == ()  # one listed value: a fixed size
         n = sizes["n"]
-        assert 1000 < n[0] <= 2000 and n[0] >= 2000 - 1000 // 8  # near the default cap
-        assert all(1 <= v <= 1000 for v in n[1:])
+        assert 1000 < n[0] <= 2000  # anywhere past the listed, up to the default cap
+        assert 2000 - 1000 // 8 <= n[1] <= 2000  # and one near the cap
+        assert all(1 <= v <= 1000 for v in n[2:])
         residues = {v % 4 for v in (1, 8, 64, 1000, *n)}
         assert residues == {0, 1, 2, 3}, (seed, n)
         assert any(v > 2 and all(v % p for p in range(2, v)) for v in n)  # a prime
@@ -116,12 +119,22 @@ def test_drawn_sizes_cover_residues_primes_and_reach_past_the_listed(tmp_path: P
     assert set(MODULI) >= {2, 4, 8}
 
 
+def test_the_size_past_the_listed_reaches_every_part_of_the_stretch(tmp_path: Path) -> None:
+    path = _spec(tmp_path, "{ n = [1, 8, 64, 4096], d = [64] }")
+    kernel = load_spec(Path(path)).kernel("k")
+    firsts = [drawn_sizes(kernel, seed, 4)["n"][0] for seed in range(64)]
+    eighths = {(v - 4097) * 8 // 4096 for v in firsts}
+    assert all(4096 < v <= 8192 for v in firsts) and eighths == set(range(8)), sorted(firsts)
+    assert drawn_sizes(kernel, 3, 2)["n"][1] <= 4096  # two draws: no second large one
+
+
 def test_draw_up_to_sets_the_cap_or_keeps_the_listed_values(tmp_path: Path) -> None:
     path = _spec(tmp_path, "{ n = [1, 8, 64], d = [16, 64] }",
                  '[kernel.probes]\ndraw_up_to = { n = 100000, d = "listed" }\n')
     kernel = load_spec(Path(path)).kernel("k")
     sizes = drawn_sizes(kernel, 1, 4)
-    assert sizes["d"] == () and 100000 - 100000 // 8 <= sizes["n"][0] <= 100000
+    assert sizes["d"] == () and 64 < sizes["n"][0] <= 100000
+    assert 100000 - 100000 // 8 <= sizes["n"][1] <= 100000
     assert kernel.normalized()["probes"]["draw_up_to"] == {"d": "listed", "n": 100000}
     for bad, word in (("{ m = 5 }", "'m' is not a dim"), ("{ n = 10 }", "largest listed"),
                       ('{ n = "all" }', "must be")):  # fmt: skip
@@ -151,14 +164,18 @@ def test_the_correct_twin_passes_and_the_certificate_records_conditions_and_scop
     predicate = json.loads(json.dumps(report.predicate()))
     validate_predicate(predicate)
     probes = predicate["probes"]
-    assert probes["conditions"] == "kcert-conditions-v1"
+    assert probes["conditions"] == "kcert-conditions-v2"
     scope = probes["scope"]["n"]
     assert scope["listed"] == [1, 5, 8, 64, 1000, 4096] and scope["draw_up_to"] == 8192
     assert scope["drawn"] and scope["max"] > 4096 and scope["min"] == 1
     assert {v % 4 for v in scope["listed"] + scope["drawn"]} == {0, 1, 2, 3}
     for item in probes["items"]:
-        assert item["conditions"] == {run: c.to_json() for run, c in draw_conditions(
-            FRESH_SEED, item["id"]).items()}
+        assert item["conditions"] == {run: c.to_json(["x", "y", "out"]) for run, c in
+                                      draw_conditions(FRESH_SEED, item["id"]).items()}
+        offsets = {run: item["conditions"][run]["offsets"] for run in ("A", "B")}
+        assert all(v % 256 != 0 for v in offsets["A"].values())
+        assert all(v % 256 == 0 for v in offsets["B"].values())
+        assert len(set(offsets["B"].values())) == 3  # no two buffers share run B's alignment
 
 
 def test_keeping_a_plausible_value_found_in_out_fails_coverage() -> None:
@@ -205,6 +222,18 @@ def test_a_size_past_every_listed_one_fails_under_the_spec_cap() -> None:
     assert twin.verdict is Verdict.PASS, failed(twin)
 
 
+def test_a_size_between_the_listed_and_the_top_of_the_stretch_fails() -> None:
+    # wrong for 4096 < n < 7168; the cap is 8192: the top eighth alone never reached it
+    report = certify_kernel("add_wrong_below_the_cap")
+    fails = failed(report)
+    assert set(fails) == {"fresh-probes"}, fails
+    assert fails["fresh-probes"].startswith("correctness")
+    probe = next(c.probe for c in report.checks if c.name == "fresh-probes")
+    assert probe is not None and 4096 < int(probe.rsplit("=", 1)[1]) < 7168
+    scope = report.predicate()["probes"]["scope"]["n"]
+    assert any(4096 < v < 7168 for v in scope["drawn"])  # the sizes probed, as they were
+
+
 def test_listed_only_sizes_are_what_the_certificate_says_it_covers() -> None:
     report = certify_kernel("add_wrong_unlisted_sizes_listed")
     assert report.verdict is Verdict.PASS  # the spec asked for its listed sizes only...
@@ -216,3 +245,80 @@ def test_the_same_seed_reproduces_every_condition_and_anchor() -> None:
     first = certify_kernel("add_reads_guard", seed=11).predicate()["probes"]
     again = certify_kernel("add_reads_guard", seed=11).predicate()["probes"]
     assert first == again  # a kernel that reads the conditions gives the same bytes
+
+
+def test_a_buffer_larger_than_any_one_dim_reaches_alone_fails_in_the_joint_probe() -> None:
+    # wrong once m * n > 66,000: m's and n's large sizes each sit in a probe of their own
+    report = certify_kernel("row_scale_wrong_large_product")
+    fails = failed(report)
+    assert set(fails) == {"fresh-probes"}, fails
+    assert fails["fresh-probes"].startswith("correctness")
+    probe = next(c.probe for c in report.checks if c.name == "fresh-probes")
+    assert probe is not None
+    dims = dict(part.split("=") for part in probe.split(":", 1)[1].split(","))
+    assert int(dims["m"]) > 33 and int(dims["n"]) > 1000 and int(dims["m"]) * int(dims["n"]) > 66000
+    twin = certify_kernel("row_scale")
+    assert twin.verdict is Verdict.PASS, failed(twin)
+    predicate = twin.predicate()
+    validate_predicate(json.loads(json.dumps(predicate)))
+    assert predicate["probes"]["largest_elements"] > 66000
+
+
+def test_run_b_stale_answer_comes_from_another_draw_so_a_kernel_cannot_find_it() -> None:
+    # the kernel computes right only when its old `out` values are among its answers
+    fails = failed(certify_kernel("add_knows_its_stale_answer"))
+    assert set(fails) == {"determinism"}, fails
+    assert "'out'" in fails["determinism"]
+
+
+def test_the_stale_fill_is_another_answer_and_still_differs_from_the_markers() -> None:
+    runs = draw_conditions(5, "n=4096")
+    rng = np.random.default_rng(0)
+    answer = rng.standard_normal(4096).astype(np.float32)
+    earlier = rng.standard_normal(4096).astype(np.float32)
+    fills = out_fills("f32", (4096,), runs, "out", earlier, answer)
+    b = fills["B"]
+    assert np.isin(b, answer).mean() < 0.01  # not this probe's answer, moved
+    assert np.isin(b, earlier).all() and (b != earlier).any()  # an earlier answer, moved
+    # where the earlier answer lands on this one's right value, keeping it would be right
+    same = out_fills("f32", (4096,), runs, "out", answer, np.roll(answer, runs["B"].roll))
+    assert not (same["B"] == np.roll(answer, runs["B"].roll)).any()
+    a_bytes = fills["A"].view(np.uint32)
+    assert (a_bytes != b.view(np.uint32)).all()
+
+
+def test_buffers_of_one_run_get_offsets_of_their_own() -> None:
+    names = ["x", "y", "out"]
+    for seed in range(32):
+        runs = draw_conditions(seed, "n=33")
+        a, b = (buffer_shifts(runs[r], names) for r in ("A", "B"))
+        assert a["x"] == runs["A"].shift and all(v % 16 == 0 and v % 256 for v in a.values())
+        assert all(v % 256 == 0 for v in b.values()) and len(set(b.values())) == 3
+        assert {(v - b["x"]) % 512 for v in b.values()} == {0}  # 512-byte packing
+
+
+def test_a_kernel_that_needs_its_buffers_to_share_an_alignment_fails() -> None:
+    fails = failed(certify_kernel("add_needs_shared_alignment"))
+    assert "correctness" in fails and set(fails) <= {"correctness", "determinism"}, fails
+    assert "outside tolerance" in fails["correctness"]
+
+
+@pytest.mark.parametrize("count", [256, 1024, 5000])
+def test_the_guard_next_to_the_data_is_plausible_in_one_run(count: int) -> None:
+    for seed in range(16):
+        runs = draw_conditions(seed, "n=33")
+        for name, before in (("x\0before", True), ("x\0after", False)):
+            a, b = (guard_fill("f32", count, runs[r], name, before=before) for r in ("A", "B"))
+            near = slice(count - 64, count) if before else slice(0, 64)
+
+            def plausible(g: np.ndarray) -> bool:
+                return bool(np.isfinite(g).all() and (np.abs(g) >= 2.0**-3).all())
+
+            assert plausible(a[near]) != plausible(b[near]), (seed, name)
+            assert (a.view(np.uint32) != b.view(np.uint32)).all()  # bounds' premise kept
+
+
+def test_a_kernel_that_counts_odd_values_in_the_guard_fails() -> None:
+    fails = failed(certify_kernel("add_counts_odd_guards"))
+    assert fails and set(fails) <= {"correctness", "determinism"}, fails
+    assert "'out'" in next(iter(fails.values()))

@@ -145,11 +145,12 @@ def causes(check: CheckResult) -> list[Any]:
     return [c["cause"] for c in check.details["interpreter"]]
 
 
-def test_and_on_a_mask_is_blamed_on_the_interpreter(kernels: dict[str, KernelSpec]) -> None:
+def test_and_on_a_mask_fails_the_build_on_the_interpreter(kernels: dict[str, KernelSpec]) -> None:
     checks = failed(kernels["masked_with_and"])
-    # the mask is 'offs >= 0' alone under the interpreter: the tail store overruns
-    assert "bounds" in checks and causes(checks["bounds"]) == ["bool-op"]
-    assert "(line 12)" in checks["bounds"].message
+    # the mask is 'offs >= 0' alone under the interpreter, '&' compiled: the probes could
+    # not show what a GPU runs, so the build fails before any probe runs
+    assert set(checks) == {"build"} and "(line 12)" in checks["build"].message
+    assert "'and' on a tensor: offs < n and offs >= 0" in checks["build"].message
 
 
 def test_a_float_scalar_used_as_a_tensor_is_blamed_on_the_interpreter(
@@ -176,3 +177,21 @@ def test_other_executors_are_left_alone(kernels: dict[str, KernelSpec]) -> None:
 
     check = CheckResult("launch", Status.FAIL, "AttributeError: 'float' object has no attribute")
     assert blame([check], static_hazards(kernels["eps_as_tensor"]), "triton") == [check]
+
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "interpreter" / "kcert.toml"
+
+
+def test_and_on_tensors_fails_the_build_when_only_the_interpreter_ran() -> None:
+    # right under the interpreter ('low and high' is high), wrong compiled (low & high)
+    spec = load_spec(ASSETS)
+    options = CertifyOptions(executor="triton-interpreter", fresh_seed=3, minimize=False,
+                             timing=False)  # fmt: skip
+    report = certify(spec.kernel("add_only_interpreted"), options)
+    checks = {c.name: c for c in report.checks if c.status is Status.FAIL}
+    assert set(checks) == {"build"}, {k: c.message for k, c in checks.items()}
+    message = checks["build"].message
+    assert "'and' on a tensor: low and high" in message and "(line 18)" in message
+    assert "certified on the Triton interpreter only" in message and "write & or |" in message
+    twin = certify(spec.kernel("add_either"), options)
+    assert twin.verdict is Verdict.PASS, [c.message for c in twin.checks]

@@ -31,6 +31,9 @@ CASES: dict[str, dict[str, str]] = {
         "special-values": "where the reference is NaN/Inf and the kernel is not",
         "correctness": "outside tolerance"},
     "row_max_zero_fill": {"correctness": "outside tolerance"},
+    "row_sum_nonfinite": {},
+    # non-finite inputs in a minority of rows: long rows' finite sums are compared too
+    "row_sum_half_finite_tail_nonfinite": {"correctness": "outside tolerance"},
 }  # fmt: skip
 
 
@@ -85,6 +88,14 @@ def test_uniform_domains_keep_their_bounds_and_edges(tmp_path: Path) -> None:
     assert (x < 0).all(axis=1).any()  # a negative row, mapped inside [-3, 0)
 
 
+def test_most_rows_stay_finite_where_nonfinite_values_are_drawn(tmp_path: Path) -> None:
+    kernel = spec_of(tmp_path, nonfinite={"x": ["nan", "inf", "-inf"]})
+    for probe in fixed_probes(kernel).probes:
+        x = make_inputs(kernel, probe)["x"]
+        finite_rows = np.isfinite(x).all(axis=1).mean()  # a row sum's finite answers
+        assert 0.6 < finite_rows < 0.9 and 0.02 < (~np.isfinite(x)).mean() < 0.08
+
+
 def test_nonfinite_values_only_where_the_spec_opts_in(tmp_path: Path) -> None:
     plain = spec_of(tmp_path)
     assert np.isfinite(make_inputs(plain, fixed_probes(plain).probes[0])["x"]).all()
@@ -106,3 +117,15 @@ def test_bad_nonfinite_tables_are_spec_errors(tmp_path: Path, table: dict[str, o
     with pytest.raises(SpecError, match="nonfinite") as error:
         spec_of(tmp_path, nonfinite=table)
     assert says in str(error.value)
+
+
+def test_the_certificate_states_the_magnitudes_it_vouches_for() -> None:
+    # wrong only outside 2**-21 .. 2**13: it passes, and the scope note says the ends probed
+    kernel = load_spec(SPEC).kernel("reciprocal_wrong_outside")
+    report = certify(kernel, CertifyOptions(executor="triton-interpreter", fresh_seed=1,
+                                            minimize=False, timing=False))  # fmt: skip
+    assert report.verdict is Verdict.PASS
+    notes = [n.message for n in report.scope_notes if n.kind == "values"]
+    assert len(notes) == 1, notes
+    assert "x (auto): ±[2^-20 (9.537e-07), 2^12 (4096)] and 0" in notes[0]
+    assert "was not probed" in notes[0]

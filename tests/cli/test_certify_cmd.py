@@ -91,8 +91,10 @@ def test_a_passing_kernel_signed_into_a_certificate(spec: Path, tmp_path: Path) 
     assert summary["certificate"] == str(cert) and summary["certificate_id"].startswith("sha256:")
     assert summary["minimized"] == {}
     # probed on the interpreter only: what it cannot show is said, the verdict stands
-    assert [n["kind"] for n in summary["scope_notes"]] == ["executor"]
+    # and the magnitudes the inputs were drawn over
+    assert [n["kind"] for n in summary["scope_notes"]] == ["executor", "values"]
     assert "races" in summary["scope_notes"][0]["message"]
+    assert "magnitudes between these ends" in summary["scope_notes"][1]["message"]
     # the sizes certified: every dim's listed values, the drawn ones, and the extremes
     assert all({"listed", "drawn", "min", "max", "draw_up_to"} == set(scope)
                for scope in summary["shape_scope"].values()) and summary["shape_scope"]

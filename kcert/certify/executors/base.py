@@ -82,6 +82,11 @@ def host_dtype(dtype: str) -> np.dtype[Any]:
     return np.dtype(names[dtype])
 
 
+def per_buffer(shift: int | Sequence[int], count: int) -> list[int]:
+    """One shift per buffer: ``shift`` for each, or the given list."""
+    return [shift] * count if isinstance(shift, int) else [int(s) for s in shift]
+
+
 def effective_shift(address_shift: int) -> int:
     """The byte shift actually applied: non-negative and 16-byte aligned."""
     return max(0, address_shift) // SHIFT_ALIGN * SHIFT_ALIGN
@@ -151,7 +156,7 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def run(
         self, launch: Launch, layouts: Sequence[BufferLayout], host: Sequence[np.ndarray],
-        *, shift: int, launches: int,
+        *, shift: int | Sequence[int], launches: int,
     ) -> list[np.ndarray]:  # fmt: skip
         """Launch on copies of ``host`` (padded uint8 arrays); return the padded bytes after."""
 

@@ -26,6 +26,7 @@ from kcert.certify.executors.base import (
     Fault,
     Unavailable,
     host_dtype,
+    per_buffer,
     scalar_kwargs,
 )
 from kcert.certify.spec import BufferArg, Intent, KernelSpec, Launch, NoneArg, ScalarArg
@@ -60,15 +61,17 @@ class CudaExecutor(Executor):
     # ------------------------------------------------------------------ buffers and args
 
     def _allocate(
-        self, layouts: Sequence[BufferLayout], host: Sequence[np.ndarray], shift: int
+        self, layouts: Sequence[BufferLayout], host: Sequence[np.ndarray],
+        shift: int | Sequence[int],
     ) -> tuple[list[Any], dict[str, Any]]:
         """Device copies of the padded arrays, and the data regions' pointers by name."""
         import cupy
 
         padded, pointers = [], {}
-        for layout, data in zip(layouts, host, strict=True):
-            memory = cupy.cuda.alloc(layout.nbytes + shift + BASE_ALIGN)
-            start = memory + ((-memory.ptr) % BASE_ALIGN + shift)
+        shifts = per_buffer(shift, len(layouts))
+        for layout, data, offset in zip(layouts, host, shifts, strict=True):
+            memory = cupy.cuda.alloc(layout.nbytes + offset + BASE_ALIGN)
+            start = memory + ((-memory.ptr) % BASE_ALIGN + offset)
             start.copy_from_host(data.ctypes.data, layout.nbytes)
             padded.append((memory, start, layout.nbytes))
             pointers[layout.name] = start + layout.guard * layout.itemsize
@@ -102,7 +105,7 @@ class CudaExecutor(Executor):
 
     def run(
         self, launch: Launch, layouts: Sequence[BufferLayout], host: Sequence[np.ndarray],
-        *, shift: int, launches: int,
+        *, shift: int | Sequence[int], launches: int,
     ) -> list[np.ndarray]:  # fmt: skip
         import cupy
 

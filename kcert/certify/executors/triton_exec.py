@@ -27,6 +27,7 @@ from kcert.certify.executors.base import (
     Unavailable,
     describe,
     import_code,
+    per_buffer,
     scalar_kwargs,
 )
 from kcert.certify.spec import Intent, KernelSpec, Launch
@@ -62,7 +63,8 @@ class TritonExecutor(Executor):
     # ------------------------------------------------------------------ buffers
 
     def _allocate(
-        self, layouts: Sequence[BufferLayout], host: Sequence[np.ndarray], shift: int
+        self, layouts: Sequence[BufferLayout], host: Sequence[np.ndarray],
+        shift: int | Sequence[int],
     ) -> tuple[list[Any], dict[str, Any]]:
         """Device byte ranges holding the padded buffers, and the data views by name."""
         import torch
@@ -70,10 +72,11 @@ class TritonExecutor(Executor):
         from kcert.certify.executors.base import host_dtype
 
         padded, views = [], {}
-        for layout, data in zip(layouts, host, strict=True):
-            raw = torch.empty(layout.nbytes + shift + 2 * BASE_ALIGN, dtype=torch.uint8,
+        shifts = per_buffer(shift, len(layouts))
+        for layout, data, offset in zip(layouts, host, shifts, strict=True):
+            raw = torch.empty(layout.nbytes + offset + 2 * BASE_ALIGN, dtype=torch.uint8,
                               device=self.device)  # fmt: skip
-            start = (-raw.data_ptr()) % BASE_ALIGN + shift
+            start = (-raw.data_ptr()) % BASE_ALIGN + offset
             region = raw[start : start + layout.nbytes]
             region.copy_(torch.from_numpy(data))
             typed = region.view(_torch_dtype(layout.dtype))
@@ -101,7 +104,7 @@ class TritonExecutor(Executor):
 
     def run(
         self, launch: Launch, layouts: Sequence[BufferLayout], host: Sequence[np.ndarray],
-        *, shift: int, launches: int,
+        *, shift: int | Sequence[int], launches: int,
     ) -> list[np.ndarray]:  # fmt: skip
         try:
             padded, views = self._allocate(layouts, host, shift)

@@ -14,3 +14,12 @@ def softmax(x, **_):
 
 def row_max(x, **_):
     return x.max(axis=1)
+
+
+def row_sum(x, **_):
+    return x.sum(axis=1)
+
+
+def reciprocal(x, **_):
+    with np.errstate(divide="ignore"):
+        return 1.0 / x

@@ -78,3 +78,44 @@ def row_max_zero_fill(x, out, m, n, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
     v = tl.load(x + row * n + cols, mask=cols < n, other=0.0)
     tl.store(out + row, tl.max(v, axis=0))
+
+
+@triton.jit
+def row_sum(x, out, m, n, BLOCK: tl.constexpr):
+    """Correct: row sums, block by block."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        c = start + cols
+        acc += tl.load(x + row * n + c, mask=c < n, other=0.0)
+    tl.store(out + row, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def row_sum_half_finite_tail(x, out, m, n, BLOCK: tl.constexpr):
+    """correctness: past the first BLOCK columns, a finite tail counts at half weight;
+    a NaN/Inf tail passes through. When every long row held a NaN or Inf, the finite
+    tails were never compared."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    head = tl.sum(tl.load(x + row * n + cols, mask=cols < n, other=0.0), axis=0)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(BLOCK, n, BLOCK):
+        c = start + cols
+        acc += tl.load(x + row * n + c, mask=c < n, other=0.0)
+    tail = tl.sum(acc, axis=0)
+    finite = (tail == tail) & (tl.abs(tail) != float("inf"))
+    tl.store(out + row, head + tl.where(finite, 0.5 * tail, tail))
+
+
+@triton.jit
+def reciprocal_wrong_outside(x, out, n, BLOCK: tl.constexpr):
+    """Passes, and the certificate says why it may: 1/x, but 0 where 0 < |x| < 2**-21 or
+    |x| > 2**13, magnitudes the `auto` f32 domain (2**-20 to 2**12) never draws."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(x + offsets, mask=mask, other=1.0)
+    a = tl.abs(v)
+    off = ((a > 0) & (a < 4.76837158203125e-07)) | (a > 8192.0)
+    tl.store(out + offsets, tl.where(off, 0.0, 1.0 / v), mask=mask)

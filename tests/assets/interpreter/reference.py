@@ -1,0 +1,5 @@
+"""NumPy reference of the interpreter kernels."""
+
+
+def add(x, y, **_):
+    return x + y
