@@ -28,9 +28,8 @@ Exit codes: 0 all holds, 1 something differs (the first bad index is named),
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
@@ -421,31 +420,14 @@ def _all_entries(source: LogSource, end: int | None = None) -> Iterator[tuple[in
 
 def _envelope_fingerprints(fetch: EnvelopeFetcher) -> FingerprintOf:
     """Certificates' fingerprints over a target's own drift fields, from served envelopes."""
-    from kcert.attest.certificate import inspect_envelope, parse_envelope
     from kcert.digest import canonical_json
-    from kcert.errors import KcertError
-    from kcert.registry.environment import fingerprint_over
+    from kcert.registry.history import envelope_fingerprints
 
-    @functools.lru_cache(maxsize=4096)
-    def environment(cid: str) -> tuple[str, dict[str, Any]] | None:
+    def read(cid: str) -> bytes | None:
         envelope = fetch(cid)
-        if envelope is None:
-            return None
-        try:
-            contents = inspect_envelope(parse_envelope(canonical_json(dict(envelope))))
-        except KcertError:
-            return None
-        if str(contents.id) != cid:
-            return None
-        fields = contents.predicate.get("environment", {}).get("fields", {})
-        return str(contents.fingerprint), dict(fields)
+        return None if envelope is None else canonical_json(dict(envelope))
 
-    def fingerprint_of(cid: str, drift_fields: Sequence[str]) -> str | None:
-        # Cached by certificate only: drift fields come as a list, which cannot be a key.
-        found = environment(cid)
-        return None if found is None else fingerprint_over(found[0], found[1], drift_fields)
-
-    return fingerprint_of
+    return envelope_fingerprints(read)
 
 
 class _ProvedLog:

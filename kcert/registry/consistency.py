@@ -36,7 +36,6 @@ records.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,8 +44,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kcert.attest.certificate import certificate_id, inspect_envelope, parse_envelope
-from kcert.errors import KcertError
 from kcert.log import merkle
 from kcert.log.errors import LogError, NoteError, SignatureError
 from kcert.log.leaf import LeafError
@@ -54,9 +51,14 @@ from kcert.log.merkle import MemoryTree
 from kcert.log.monitor import prove_leaves
 from kcert.log.note import Checkpoint, Signer, Verifier, open_checkpoint
 from kcert.registry import audit
-from kcert.registry.environment import fingerprint_over
 from kcert.registry.errors import RegistryError
-from kcert.registry.history import HistoryReplay, LoggedState, replay_history
+from kcert.registry.history import (
+    FingerprintOf,
+    HistoryReplay,
+    LoggedState,
+    envelope_fingerprints,
+    replay_history,
+)
 from kcert.registry.log_models import LogEntry
 from kcert.registry.models import (
     ApiToken,
@@ -240,33 +242,18 @@ def _prove(
     return differences, tuple(proved)
 
 
-def _envelope_fingerprints(session: Session) -> Any:
-    """Certificates' fingerprints over a target's drift fields, from their signed envelopes."""
+def _envelope_fingerprints(session: Session) -> FingerprintOf:
+    """Certificates' fingerprints over a target's drift fields, from their stored envelopes."""
 
-    @functools.lru_cache(maxsize=4096)
-    def environment(cid: str) -> tuple[str, dict[str, Any]] | None:
+    def read(cid: str) -> bytes | None:
         text = (
             session.connection()
             .execute(select(_certificate.c.envelope).where(_certificate.c.id == cid))
             .scalar_one_or_none()
         )
-        if text is None:
-            return None
-        try:
-            envelope = parse_envelope(text.encode("utf-8"))
-            contents = inspect_envelope(envelope)
-        except KcertError:
-            return None
-        if str(certificate_id(envelope)) != cid:
-            return None
-        fields = contents.predicate.get("environment", {}).get("fields", {})
-        return str(contents.fingerprint), dict(fields)
+        return None if text is None else str(text).encode("utf-8")
 
-    def fingerprint_of(cid: str, drift_fields: Sequence[str]) -> str | None:
-        found = environment(cid)
-        return None if found is None else fingerprint_over(found[0], found[1], drift_fields)
-
-    return fingerprint_of
+    return envelope_fingerprints(read)
 
 
 def compare(history: HistoryReplay, session: Session) -> list[StateDifference]:

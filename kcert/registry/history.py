@@ -45,6 +45,36 @@ from kcert.registry.policy import POLICY_VERSION, Candidate, PromotionInputs, de
 #: A certificate's fingerprint over a target's drift fields, or ``None`` when unknown.
 FingerprintOf = Callable[[str, Sequence[str]], "str | None"]
 
+
+def envelope_fingerprints(read: Callable[[str], bytes | None]) -> FingerprintOf:
+    """A ``FingerprintOf`` over signed envelopes: ``read(cid)`` gives the envelope's bytes
+    (or None). An envelope that does not parse, or whose id is not ``cid``, gives None.
+    Cached by certificate only: drift fields come as a list, which cannot be a key."""
+    import functools
+
+    from kcert.attest.certificate import inspect_envelope, parse_envelope
+    from kcert.registry.environment import fingerprint_over
+
+    @functools.lru_cache(maxsize=4096)
+    def environment(cid: str) -> tuple[str, dict[str, Any]] | None:
+        data = read(cid)
+        if data is None:
+            return None
+        try:
+            contents = inspect_envelope(parse_envelope(data))
+        except KcertError:
+            return None
+        if str(contents.id) != cid:
+            return None
+        fields = contents.predicate.get("environment", {}).get("fields", {})
+        return str(contents.fingerprint), dict(fields)
+
+    def fingerprint_of(cid: str, drift_fields: Sequence[str]) -> str | None:
+        found = environment(cid)
+        return None if found is None else fingerprint_over(found[0], found[1], drift_fields)
+
+    return fingerprint_of
+
 DECISIONS = (audit.PROMOTION_GRANTED, audit.PROMOTION_DENIED, audit.PROMOTION_SUSPENDED)
 
 
