@@ -68,6 +68,10 @@ PROMOTION_DENIED = "promotion.denied"
 PROMOTION_SUSPENDED = "promotion.suspended"
 TOKEN_CREATED = "token.created"
 TOKEN_REVOKED = "token.revoked"
+#: A target's runtime policy set (what a confirmed mismatch does, the latency limit).
+TARGET_POLICY = "target.policy"
+#: A runtime mismatch reported by ``kcert.guard``, with what it did (record or suspend).
+OBSERVATION_MISMATCH = "observation.mismatch"
 
 _KIND = re.compile(r"^[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)*$")
 

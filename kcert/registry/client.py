@@ -45,6 +45,7 @@ _ERRORS: dict[str, type[errors.RegistryError]] = {
     for cls in (
         errors.NotFound, errors.InvalidInput, errors.CertificateRejected, errors.KeyConflict,
         errors.Unauthenticated, errors.PolicyError, errors.RegistryUnavailable,
+        errors.TooLarge,
     )
 }  # fmt: skip
 
