@@ -70,13 +70,14 @@ def _register_all() -> None:
         build_cmds,
         certify_cmds,
         fingerprint_cmd,
+        perf_cmds,
         registry_cmds,
         witness_cmds,
     )
 
     for module in (
         build_cmds, certify_cmds, fingerprint_cmd, attest_cmds, registry_cmds, audit_cmds,
-        witness_cmds,
+        witness_cmds, perf_cmds,
     ):  # fmt: skip
         module.register(app)
 

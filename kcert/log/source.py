@@ -107,6 +107,17 @@ class HttpLogSource:
             return None
         return value if isinstance(value, dict) else None
 
+    def mismatch_evidence(self, mismatch_id: int) -> dict[str, Any] | None:
+        """A runtime mismatch's evidence (``GET /v1/observations/mismatches/{id}/evidence``)."""
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        url = f"{self.label}/v1/observations/mismatches/{int(mismatch_id)}/evidence"
+        try:
+            response = self._client.get(url, headers=headers)
+            value = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
     def _hashes(self, body: dict[str, Any]) -> list[bytes]:
         try:
             return [_unb64(h) for h in body["hashes"]]

@@ -301,6 +301,16 @@ class DatabaseLogSource:
         with self._session() as session:
             return consistency_proof(session, first, second)
 
+    def mismatch_evidence(self, mismatch_id: int) -> dict[str, Any] | None:
+        """A runtime mismatch's evidence, as ``GET .../mismatches/{id}/evidence`` serves it."""
+        from kcert.registry.observations import get_evidence
+
+        with read_session(self._engine) as session:
+            try:
+                return get_evidence(session=session, mismatch_id=int(mismatch_id))
+            except KcertError:
+                return None
+
     def certificate_envelope(self, certificate: str) -> dict[str, Any] | None:
         """The stored envelope of ``certificate``, or ``None`` when there is none."""
         from kcert.registry.certificates import get_envelope

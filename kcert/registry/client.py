@@ -19,7 +19,16 @@ from sqlalchemy.orm import Session
 
 from kcert.attest.dsse import Envelope
 from kcert.digest import Digest
-from kcert.registry import certificates, decisions, errors, keys, targets, tokens
+from kcert.registry import (
+    certificates,
+    decisions,
+    errors,
+    keys,
+    observations,
+    perf,
+    targets,
+    tokens,
+)
 from kcert.registry.config import Settings
 from kcert.registry.db import engine_for, ensure_migrated, read_session, write_session
 from kcert.registry.models import (
@@ -36,6 +45,13 @@ from kcert.registry.models import (
     TrustedKeyCreate,
     TrustedKeyPublic,
 )
+from kcert.registry.observation_models import (
+    PerfIngest,
+    PerfIngested,
+    TargetPolicyPublic,
+    TargetPolicyUpdate,
+)
+from kcert.registry.perf import PerfComparison
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -57,7 +73,9 @@ class Registry(Protocol):
 
     def push(self, envelope: Envelope) -> CertificateStored: ...
     def gate(self, kernel: Digest, target: str) -> GateDecision: ...
-    def promote(self, kernel: Digest, target: str) -> PromotionPublic: ...
+    def promote(
+        self, kernel: Digest, target: str, replaces: Digest | None = None
+    ) -> PromotionPublic: ...
     def report_target(self, name: str, report: TargetCreate) -> TargetReported: ...
     def get_target(self, name: str) -> TargetPublic: ...
     def revoke_certificate(self, certificate: str, reason: str) -> CertificatePublic: ...
@@ -65,6 +83,10 @@ class Registry(Protocol):
     def revoke_key(self, keyid: str, reason: str) -> TrustedKeyPublic: ...
     def create_token(self, request: ApiTokenCreate) -> ApiTokenCreated: ...
     def revoke_token(self, token_id: str) -> ApiTokenPublic: ...
+    def set_target_policy(self, name: str, update: TargetPolicyUpdate) -> TargetPolicyPublic: ...
+    def ingest_perf(self, ingest: PerfIngest) -> PerfIngested: ...
+    def compare_perf(self, *, target: str, before: Digest, after: Digest, seed: int,
+                     resamples: int) -> PerfComparison: ...  # fmt: skip
     def close(self) -> None: ...
 
 
@@ -118,9 +140,13 @@ class EmbeddedRegistry:
             return f"the registry's audit log is unhealthy (log-inconsistent): {exc}"
         return None
 
-    def promote(self, kernel: Digest, target: str) -> PromotionPublic:
+    def promote(
+        self, kernel: Digest, target: str, replaces: Digest | None = None
+    ) -> PromotionPublic:
         with write_session(self.engine) as session:
-            return decisions.promote(session=session, kernel=kernel, target=target)
+            return decisions.promote(
+                session=session, kernel=kernel, target=target, replaces=replaces
+            )
 
     def report_target(self, name: str, report: TargetCreate) -> TargetReported:
         with write_session(self.engine) as session:
@@ -152,6 +178,20 @@ class EmbeddedRegistry:
         with write_session(self.engine) as session:
             return tokens.revoke_token(session=session, token_id=token_id)
 
+    def set_target_policy(self, name: str, update: TargetPolicyUpdate) -> TargetPolicyPublic:
+        with write_session(self.engine) as session:
+            return observations.set_target_policy(session=session, target=name, update=update)
+
+    def ingest_perf(self, ingest: PerfIngest) -> PerfIngested:
+        with write_session(self.engine) as session:
+            return perf.ingest_samples(session=session, ingest=ingest)
+
+    def compare_perf(self, *, target: str, before: Digest, after: Digest, seed: int,
+                     resamples: int) -> PerfComparison:  # fmt: skip
+        with read_session(self.engine) as session:
+            return perf.compare(session=session, target=target, before=str(before),
+                                after=str(after), seed=seed, resamples=resamples)  # fmt: skip
+
 
 class RemoteRegistry:
     """A registry server, over HTTP(S)."""
@@ -175,8 +215,12 @@ class RemoteRegistry:
         params = {"kernel": str(kernel), "target": target}
         return self._call("GET", "/v1/gate", GateDecision, params=params)
 
-    def promote(self, kernel: Digest, target: str) -> PromotionPublic:
+    def promote(
+        self, kernel: Digest, target: str, replaces: Digest | None = None
+    ) -> PromotionPublic:
         body = {"kernel": str(kernel), "target": target}
+        if replaces is not None:
+            body["replaces"] = str(replaces)
         return self._call("POST", "/v1/promotions", PromotionPublic, json=body)
 
     def report_target(self, name: str, report: TargetCreate) -> TargetReported:
@@ -204,6 +248,19 @@ class RemoteRegistry:
 
     def revoke_token(self, token_id: str) -> ApiTokenPublic:
         return self._call("DELETE", f"/v1/tokens/{token_id}", ApiTokenPublic)
+
+    def set_target_policy(self, name: str, update: TargetPolicyUpdate) -> TargetPolicyPublic:
+        body = update.model_dump(mode="json")
+        return self._call("PUT", f"/v1/targets/{name}/policy", TargetPolicyPublic, json=body)
+
+    def ingest_perf(self, ingest: PerfIngest) -> PerfIngested:
+        return self._call("POST", "/v1/perf", PerfIngested, json=ingest.model_dump(mode="json"))
+
+    def compare_perf(self, *, target: str, before: Digest, after: Digest, seed: int,
+                     resamples: int) -> PerfComparison:  # fmt: skip
+        params: dict[str, Any] = {"target": target, "before": str(before), "after": str(after),
+                                  "seed": seed, "resamples": resamples}  # fmt: skip
+        return self._call("GET", "/v1/perf/compare", PerfComparison, params=params)
 
     def _call(self, method: str, path: str, model: type[M], **kwargs: Any) -> M:
         try:

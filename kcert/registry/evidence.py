@@ -171,3 +171,34 @@ def recheck(
         notes.append(f"output {out.name}: {count} element(s) outside atol {atol:g} + rtol "
                      f"{rtol:g}·|ref| (max error {worst:.6g})")  # fmt: skip
     return Recheck(reproduced, tuple(notes))
+
+
+def served_arrays(
+    served: Mapping[str, Any], manifest: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, np.ndarray[Any, Any]], list[str]]:
+    """The arrays a registry served for a mismatch, each held against the logged manifest.
+
+    Returns the arrays whose bytes anchor to what the log recorded, and a note for
+    each that does not (or is missing): a registry cannot swap the evidence unseen.
+    """
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    notes: list[str] = []
+    got = served.get("arrays") if isinstance(served.get("arrays"), Mapping) else {}
+    for name, item in manifest.items():
+        sent = got.get(name) if isinstance(got, Mapping) else None
+        if not isinstance(sent, Mapping):
+            notes.append(f"evidence {name} was not served")
+            continue
+        try:
+            item_in = EvidenceArray.model_validate(
+                {k: sent.get(k) for k in ("dtype", "shape", "data")}
+            )
+            array = _array(item_in, f"evidence {name}")
+        except (InvalidInput, ValueError) as exc:
+            notes.append(f"evidence {name} is unreadable: {exc}")
+            continue
+        if str(anchor(array)) != item.get("anchor"):
+            notes.append(f"evidence {name} does not anchor to the logged {item.get('anchor')}")
+            continue
+        arrays[name] = array
+    return arrays, notes

@@ -14,9 +14,17 @@ from fastapi.testclient import TestClient
 from kcert.attest.keys import public_key_hex
 from kcert.certify.anchors import anchor
 from kcert.registry.testing import gpu_environment, make_certificate
-from tests.api.test_api_flow import assert_problem
-
 TARGET = "prod-a"
+PROBLEM = "application/problem+json"
+
+
+def assert_problem(response: Any, status: int, kind: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body: dict[str, Any] = response.json()
+    assert body["type"] == f"https://kcert.dev/problems/{kind}"
+    assert body["detail"] and "Traceback" not in response.text
+    return body
 
 
 def _auth(token: str) -> dict[str, str]:
