@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from kcert.attest.keys import public_key_hex
 from kcert.certify.anchors import anchor
 from kcert.registry.testing import gpu_environment, make_certificate
+
 TARGET = "prod-a"
 PROBLEM = "application/problem+json"
 
