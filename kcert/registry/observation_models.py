@@ -49,6 +49,8 @@ ArgName = Annotated[str, StringConstraints(min_length=1, max_length=128,
                                            pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]  # fmt: skip
 Anchor = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 Finite = Annotated[float, PydanticField(ge=0, allow_inf_nan=False)]
+#: An error metric: a number, or "nan"/"inf" where the kernel wrote NaN or Inf (JSON has none).
+ErrorMetric = Finite | Literal["nan", "inf"]
 
 
 def _utc(value: datetime) -> datetime:
@@ -81,9 +83,8 @@ class MismatchReport(BaseModel):
     inputs: dict[ArgName, Anchor] = PydanticField(max_length=MAX_ARRAYS)
     outputs: dict[ArgName, Anchor] = PydanticField(max_length=MAX_ARRAYS)
     reference: dict[ArgName, Anchor] = PydanticField(max_length=MAX_ARRAYS)
-    #: None when the error is not a number (a NaN where the reference has none).
-    max_error: Finite | None
-    max_ratio: Finite | None
+    max_error: ErrorMetric | None
+    max_ratio: ErrorMetric | None
     in_scope: Annotated[bool, Strict()]
     evidence: dict[ArgName, EvidenceArray] | None = PydanticField(max_length=MAX_ARRAYS)
 
