@@ -9,11 +9,13 @@ reference nobody certified.
 ``[kernel.args]``: positional arguments in the spec's order, keyword arguments
 by their spec names (other keywords, ``stream=`` say, pass through unseen).
 Buffers are arrays (NumPy, torch or CuPy). Scalars and consts may be left out:
-they then take the spec's values. An ``out`` or ``inout`` buffer that is passed
-is read after the call; an output that is not passed comes from the return
-value (one array, a tuple in the order of the outputs not passed, or a dict by
-name). The dims are read from the buffers' extents that are a bare dim name
-(``f32[m, n]``) and from scalars defined as one (``n = "i32 = n"``).
+they then take the spec's values. The outputs are what the call returns when
+it returns arrays (one array for a kernel with one output, a tuple in the
+order of the outputs, or a dict by name); an output it does not return is read
+from the ``out`` or ``inout`` buffer passed, after the call (a launcher that
+writes in place and returns None). The dims are read from the buffers' extents
+that are a bare dim name (``f32[m, n]``) and from scalars defined as one
+(``n = "i32 = n"``).
 
 **Scope.** A call is in the certified scope when every dim lies between the
 smallest and the largest size probed (the predicate's ``probes.scope``), no

@@ -278,24 +278,19 @@ class Guard:
 
 
 def _outputs(outputs: tuple[BufferArg, ...], values: Any, result: Any) -> dict[str, Any]:
-    """Snapshots of the call's outputs: passed buffers as they are now, the rest from ``result``."""
-    got: dict[str, Any] = {}
-    missing = []
-    for out in outputs:
-        value = values.get(out.name)
-        if arrays.kind(value) is not None:
-            got[out.name] = arrays.snapshot(value)
-        else:
-            missing.append(out.name)
-    if not missing or result is None:
-        return got
+    """Snapshots of the call's outputs: from the return value, else the buffers passed."""
+    names = [out.name for out in outputs]
     if isinstance(result, dict):
-        returned = {n: result[n] for n in missing if n in result}
+        returned = {n: result[n] for n in names if n in result}
     elif isinstance(result, tuple | list):
-        returned = dict(zip(missing, result, strict=False))
+        returned = dict(zip(names, result, strict=False))
     else:
-        returned = {missing[0]: result}
-    got.update({n: arrays.snapshot(v) for n, v in returned.items() if arrays.kind(v)})
+        returned = {names[0]: result} if len(names) == 1 else {}
+    got = {n: arrays.snapshot(v) for n, v in returned.items() if arrays.kind(v) is not None}
+    for name in names:
+        value = values.get(name)
+        if name not in got and arrays.kind(value) is not None:
+            got[name] = arrays.snapshot(value)
     return got
 
 

@@ -8,7 +8,9 @@ sign a report that names the spec's true digests and a chosen scope instead.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from kcert.attest.certificate import sign_report
@@ -24,6 +26,8 @@ from kcert.certify.report import (
 from kcert.certify.spec import KernelSpec, load_spec
 from kcert.digest import Digest
 
+#: The largest n the test certificate vouches for.
+CERTIFIED_MAX = 8192
 EXAMPLES = Path(__file__).parents[2] / "examples" / "triton" / "kcert.toml"
 
 
@@ -51,3 +55,24 @@ def certificate_for(kernel: KernelSpec, scope: dict[str, tuple[int, int]], *,
                             "draw_up_to": high} for name, (low, high) in scope.items()},
         largest_elements=largest_elements)  # fmt: skip
     return sign_report(report, Ed25519PrivateKey.generate())
+
+
+def saxpy(x_ptr: np.ndarray[Any, Any], y_ptr: np.ndarray[Any, Any], a: float = 2.5,
+          n: int | None = None) -> None:  # fmt: skip
+    """A correct launcher: y <- a*x + y in place, in float32 as the kernel computes."""
+    y_ptr[...] = np.float32(a) * x_ptr + y_ptr
+
+
+def saxpy_wrong_when_large(x_ptr: np.ndarray[Any, Any], y_ptr: np.ndarray[Any, Any],
+                           a: float = 2.5, n: int | None = None) -> None:  # fmt: skip
+    """Right for every size the certificate probed; past it the last block is off by 1 %."""
+    saxpy(x_ptr, y_ptr, a, n)
+    if x_ptr.size > CERTIFIED_MAX:
+        y_ptr[-1024:] *= np.float32(1.01)
+
+
+def pair(n: int, seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    return np.clip(x, -4, 4), np.clip(y, -4, 4)  # inside the 5-sigma reach of normal(0, 1)
