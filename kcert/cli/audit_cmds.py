@@ -362,6 +362,19 @@ def replay(
     if allow_unverified and not every:
         raise UsageError("--allow-unverified goes with --all")
     source, home = open_source(registry)
+    try:
+        _replay_one(source, home, index, rerun=rerun, spec=spec, kernel=kernel,
+                    json_out=json_out, allow_unverified=allow_unverified)  # fmt: skip
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:  # an HTTP source holds a connection pool
+            close()
+
+
+def _replay_one(
+    source: LogSource, home: Path, index: int | None, *, rerun: bool,
+    spec: Path | None, kernel: str | None, json_out: bool, allow_unverified: bool,
+) -> None:  # fmt: skip
     if index is None:
         _replay_all(source, home, json_out, allow_unverified)
     try:

@@ -46,12 +46,15 @@ class HttpLogSource:
         self, base_url: str, *, client: httpx.Client | None = None, token: str | None = None
     ) -> None:
         self.label = base_url.rstrip("/")
+        #: A client the caller passed stays the caller's to close.
+        self._owns_client = client is None
         self._client = client or httpx.Client(timeout=30.0)
         #: Sent only where the registry needs it (certificates), never to the log routes.
         self._token = token
 
     def close(self) -> None:
-        self._client.close()
+        if self._owns_client:
+            self._client.close()
 
     def _get(self, path: str, params: dict[str, int] | None = None) -> httpx.Response:
         url = f"{self.label}/v1/log/{path}"

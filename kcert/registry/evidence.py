@@ -1,7 +1,7 @@
 """A runtime mismatch's evidence: decoding it, anchoring it, and checking it again.
 
 The guard sends the arrays of a mismatched call as base64 of their C-order
-little-endian bytes (``docs/observations.md``). The registry decodes each one
+little-endian bytes (the README, "After promotion"). The registry decodes each one
 within a size cap, recomputes its anchor exactly as the certifier does
 (:func:`kcert.certify.anchors.anchor`) and refuses evidence whose anchor is not
 the one the mismatch names for that array: what is stored is what was seen.

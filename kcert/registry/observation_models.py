@@ -3,7 +3,7 @@
 Runtime reports from ``kcert.guard`` (``POST /v1/observations``), the
 mismatches they carry with their evidence, latency (the guard's histograms
 and samples ingested from traces, ``POST /v1/perf``) and each target's
-runtime policy. The wire format is documented in ``docs/observations.md``;
+runtime policy. The wire format is documented in the README ("After promotion");
 every request model refuses unknown fields and bounds every size.
 Imported by :mod:`kcert.registry.models`, so the tables share its metadata.
 """

@@ -249,3 +249,46 @@ def test_oversized_evidence_is_413(
     big = b"{" + b" " * (65 * 1024 * 1024) + b"}"
     assert_problem(client.post("/v1/observations", content=big, headers={
         **guard, "content-type": "application/json"}), 413, "body-too-large")  # fmt: skip
+
+
+def test_the_log_explains_the_suspension(
+    client: TestClient, admin: dict[str, str], signing_key: Ed25519PrivateKey, engine: Any
+) -> None:
+    from kcert.log.leaf import parse_leaf
+    from kcert.log.replay import replay_decision
+    from kcert.registry.audit import read_entries
+    from kcert.registry.consistency import check_state
+    from kcert.registry.db import read_session
+    from kcert.registry.history import replay_history
+
+    cert = _setup(client, admin, signing_key)
+    guard = _token(client, admin, "observations:write")
+    assert client.post("/v1/observations", json=_batch(cert, n=8), headers=guard).json()[
+        "suspended"] == [TARGET]  # fmt: skip
+    with read_session(engine) as session:
+        entries = [(r.index, r.leaf) for r in read_entries(session, 0, 1000)]
+        assert check_state(session=session).consistent
+    history = replay_history(entries)
+    assert history.differences == [], history.differences
+    assert history.state.promotions[(cert.kernel, TARGET)].status == "suspended"
+    index, data = entries[-1]
+    leaf = parse_leaf(index, data)
+    assert leaf.kind == "observation.mismatch" and replay_decision(leaf).same
+    # A leaf that claims the target only records, yet suspended, is caught both ways.
+    forged = data.replace(b'"on_mismatch":"suspend"', b'"on_mismatch":"record"')
+    assert forged != data
+    assert not replay_decision(parse_leaf(index, forged)).same
+    found = replay_history([*entries[:-1], (index, forged)]).differences
+    assert any("on_mismatch" in d.message for d in found), found
+
+
+def test_a_nan_error_is_a_mismatch_too(
+    client: TestClient, admin: dict[str, str], signing_key: Ed25519PrivateKey
+) -> None:
+    cert = _setup(client, admin, signing_key)
+    guard = _token(client, admin, "observations:write")
+    batch = _batch(cert, n=8)
+    batch["reports"][0]["mismatches"][0]["max_error"] = "nan"
+    batch["reports"][0]["mismatches"][0]["max_ratio"] = "inf"
+    sent = client.post("/v1/observations", json=batch, headers=guard)
+    assert sent.status_code == 201 and sent.json()["suspended"] == [TARGET]
