@@ -112,6 +112,10 @@ def encode_arrays(manifest: Mapping[str, Mapping[str, Any]], blob: bytes) -> dic
     return out
 
 
+#: Elements of one output the re-check lets the reference allocate.
+MAX_RECHECK_ELEMENTS = 1 << 28
+
+
 @dataclass(frozen=True, slots=True)
 class Recheck:
     """What re-running the reference on the evidence shows."""
@@ -133,6 +137,7 @@ def recheck(
     either may be what the guard recorded. Outputs present in the evidence are
     compared with the reference under the spec's tolerance (``atol + rtol·|ref|``).
     """
+    from kcert.certify.executors.base import host_dtype
     from kcert.certify.reference import Reference
 
     dims = {str(k): int(v) for k, v in mismatch.get("dims", {}).items()}
@@ -143,21 +148,30 @@ def recheck(
     missing = [name for name in wanted if name not in arrays]
     if missing:
         return Recheck(None, (f"the evidence lacks input(s) {', '.join(missing)}",))
+    # The dims come from the leaf: hold them to the evidence before the reference allocates
+    # anything of their size.
+    wrong = [n for n in wanted if tuple(arrays[n].shape) != tuple(launch.shapes[n])]
+    if wrong:
+        return Recheck(False, (f"the evidence's shape of {', '.join(wrong)} is not what the "
+                               f"recorded dims {dims} give",))  # fmt: skip
+    if any(math.prod(launch.shapes[b.name]) > MAX_RECHECK_ELEMENTS for b in kernel.outputs):
+        return Recheck(None, (f"an output of the recorded dims {dims} is over "
+                              f"{MAX_RECHECK_ELEMENTS} elements: not re-run",))  # fmt: skip
     expected = Reference(kernel)(arrays, launch, probe="runtime-mismatch")
     notes: list[str] = []
     recorded_ref = mismatch.get("reference", {})
     reproduced: bool | None = None
     for out in kernel.outputs:
         ref = expected[out.name]
-        anchors = {str(anchor(ref)), str(anchor(ref.astype(arrays[out.name].dtype)))
-                   if out.name in arrays else str(anchor(ref))}  # fmt: skip
+        anchors = {str(anchor(ref)), str(anchor(ref.astype(host_dtype(out.dtype))))}
         said = recorded_ref.get(out.name)
         if said is not None:
             notes.append(f"reference {out.name}: " + ("same anchor as recorded" if said in anchors
                          else "a different anchor than recorded (reference drift?)"))  # fmt: skip
-        if out.name not in arrays:
+        if out.name not in arrays or out.name in wanted:
+            # An inout buffer's evidence is its value before the call, never the kernel's output.
             notes.append(f"output {out.name} is not in the evidence: the mismatch itself is "
-                         "not re-checked")  # fmt: skip
+                         "not re-checked, only the reference")  # fmt: skip
             continue
         got = arrays[out.name].astype(np.float64)
         tol = kernel.tolerance.get(out.dtype)
