@@ -292,3 +292,28 @@ def test_a_nan_error_is_a_mismatch_too(
     batch["reports"][0]["mismatches"][0]["max_ratio"] = "inf"
     sent = client.post("/v1/observations", json=batch, headers=guard)
     assert sent.status_code == 201 and sent.json()["suspended"] == [TARGET]
+
+
+def test_guard_histograms_feed_perf_and_huge_counts_stay_bounded(
+    client: TestClient, admin: dict[str, str], signing_key: Ed25519PrivateKey
+) -> None:
+    from kcert.registry.perf import MAX_VALUES
+
+    cert = _setup(client, admin, signing_key, promote=False)
+    guard = _token(client, admin, "observations:write")
+    batch = _batch(cert, n=8)
+    batch["reports"][0]["mismatches"] = []
+    assert client.post("/v1/observations", json=batch, headers=guard).status_code == 201
+    params = {"target": TARGET, "before": cert.kernel, "after": cert.kernel, "resamples": 20}
+    got = client.get("/v1/perf/compare", params=params, headers=admin)
+    assert got.status_code == 200, got.text
+    assert got.json()["before"]["samples"] == 12  # 3 + 7 + 2 counted calls
+    p50 = got.json()["before"]["percentiles"][0]
+    assert p50["q"] == 50 and p50["value_us"] == 5.0  # counted at the bucket's upper bound
+    batch["reports"][0]["window"]["end"] = "2026-11-23T17:00:06Z"
+    batch["reports"][0]["latency"]["counts"] = [2**53 - 1, 0, 0, 2**53 - 1, 0]
+    assert client.post("/v1/observations", json=batch, headers=guard).status_code == 201
+    got = client.get("/v1/perf/compare", params=params, headers=admin)
+    assert got.status_code == 200 and got.json()["before"]["samples"] <= MAX_VALUES
+    guard_only = client.get("/v1/perf/compare", params=params, headers=guard)
+    assert_problem(guard_only, 403, "forbidden")
