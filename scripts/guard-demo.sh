@@ -82,7 +82,8 @@ import base64, json, sys
 entries = json.load(sys.stdin)["entries"]
 print([e["index"] for e in entries
        if json.loads(base64.b64decode(e["leaf"]))["kind"] == "observation.mismatch"][0])')
+kcert audit verify --trust-on-first-use
 kcert audit replay "$index" --spec "$spec"
-kcert audit replay --all --allow-unverified
+kcert audit replay --all
 echo
 echo "demo: done; state in KCERT_HOME=$KCERT_HOME" >&2

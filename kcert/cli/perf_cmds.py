@@ -103,13 +103,14 @@ def compare_command(
         f"samples), after {result.after.kernel} ({result.after.samples} samples)",
         markup=False, soft_wrap=True,
     )  # fmt: skip
-    out_console.print(f"{'':5} {'before us':>24} {'after us':>24} {'change':>24}", markup=False)
+    out_console.print(f"{'':5} {'before (us)':>30} {'after (us)':>30} {'change':>26}",
+                      markup=False)  # fmt: skip
     for b, a, c in zip(result.before.percentiles, result.after.percentiles, result.changes,
                        strict=True):  # fmt: skip
         out_console.print(
-            f"p{b.q:<4g} {_ci(b.value_us, b.low_us, b.high_us):>24} "
-            f"{_ci(a.value_us, a.low_us, a.high_us):>24} "
-            f"{_ci(c.change_pct, c.low_pct, c.high_pct, pct=True):>24}",
+            f"p{b.q:<4g} {_ci(b.value_us, b.low_us, b.high_us):>30} "
+            f"{_ci(a.value_us, a.low_us, a.high_us):>30} "
+            f"{_ci(c.change_pct, c.low_pct, c.high_pct, pct=True):>26}",
             markup=False,
         )
     err_console.print(f"intervals: {pct}% bootstrap, {result.resamples} rounds, seed "
@@ -119,7 +120,11 @@ def compare_command(
 def _ci(value: float, low: float, high: float, *, pct: bool = False) -> str:
     if pct:
         return f"{value:+.1f}% [{low:+.1f}, {high:+.1f}]"
-    return f"{value:.4g} [{low:.4g}, {high:.4g}]"
+    return f"{_us(value)} [{_us(low)}, {_us(high)}]"
+
+
+def _us(value: float) -> str:
+    return f"{value:.1f}" if abs(value) < 1e6 else f"{value:.3g}"
 
 
 def policy_command(
