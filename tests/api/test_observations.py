@@ -267,6 +267,7 @@ def test_the_log_explains_the_suspension(
         "suspended"] == [TARGET]  # fmt: skip
     with read_session(engine) as session:
         entries = [(r.index, r.leaf) for r in read_entries(session, 0, 1000)]
+    with read_session(engine) as session:
         assert check_state(session=session).consistent
     history = replay_history(entries)
     assert history.differences == [], history.differences
