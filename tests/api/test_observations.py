@@ -318,3 +318,19 @@ def test_guard_histograms_feed_perf_and_huge_counts_stay_bounded(
     assert got.status_code == 200 and got.json()["before"]["samples"] <= MAX_VALUES
     guard_only = client.get("/v1/perf/compare", params=params, headers=guard)
     assert_problem(guard_only, 403, "forbidden")
+
+
+def test_a_deep_body_is_refused_before_routing(
+    client: TestClient, admin: dict[str, str], signing_key: Ed25519PrivateKey
+) -> None:
+    cert = _setup(client, admin, signing_key)
+    guard = _token(client, admin, "observations:write")
+    size = _tree_size(client)
+    batch = _batch(cert, n=4)
+    deep: Any = 0
+    for _ in range(40):
+        deep = [deep]
+    batch["reports"][0]["mismatches"][0]["dims"] = {"n": deep}
+    assert_problem(client.post("/v1/observations", json=batch, headers=guard), 422,
+                   "validation-error")  # fmt: skip
+    assert _tree_size(client) == size
