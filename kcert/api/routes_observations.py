@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, status
 
 from kcert.api.deps import ReadSessionDep, SessionDep, SettingsDep, require
+from kcert.api.problems import PROBLEM_MEDIA_TYPE
 from kcert.registry import observations, perf
 from kcert.registry.models import DIGEST_PATTERN, NAME_PATTERN, Scope
 from kcert.registry.observation_models import (
@@ -25,9 +26,14 @@ TargetPath = Annotated[str, Path(max_length=128, pattern=NAME_PATTERN)]
 KernelQuery = Annotated[str, Query(max_length=71, pattern=DIGEST_PATTERN)]
 Reader = Depends(require(Scope.GATE_READ))
 Writer = Depends(require(Scope.OBSERVATIONS_WRITE))
+#: The target (or a certificate) a body or query names does not exist.
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"description": "No such target or certificate", "content": {PROBLEM_MEDIA_TYPE: {}}}
+}
 
 
-@router.post("/observations", status_code=status.HTTP_201_CREATED, dependencies=[Writer])
+@router.post("/observations", status_code=status.HTTP_201_CREATED, dependencies=[Writer],
+             responses=_NOT_FOUND)  # fmt: skip
 def post_observations(
     body: ObservationBatch, session: SessionDep, settings: SettingsDep
 ) -> ObservationsAccepted:
@@ -65,13 +71,14 @@ def put_policy(
     return observations.set_target_policy(session=session, target=name, update=body)
 
 
-@router.post("/perf", status_code=status.HTTP_201_CREATED, dependencies=[Writer])
+@router.post("/perf", status_code=status.HTTP_201_CREATED, dependencies=[Writer],
+             responses=_NOT_FOUND)  # fmt: skip
 def post_perf(body: PerfIngest, session: SessionDep) -> PerfIngested:
     """Latency samples of a kernel on a target (from a trace)."""
     return perf.ingest_samples(session=session, ingest=body)
 
 
-@router.get("/perf/compare", dependencies=[Reader])
+@router.get("/perf/compare", dependencies=[Reader], responses=_NOT_FOUND)
 def get_compare(
     session: ReadSessionDep,
     target: Annotated[str, Query(max_length=128, pattern=NAME_PATTERN)],
