@@ -15,7 +15,7 @@ from typing import Any
 
 PREDICATE_TYPE = "https://kcert.dev/kernel-certificate/v1"
 
-#: Every check of DESIGN.md, in the order they are reported.
+#: Every check (docs/checks.md), in the order they are reported.
 CHECK_NAMES: tuple[str, ...] = (
     "build", "artifact", "launch", "correctness", "coverage", "bounds", "input-integrity",
     "determinism", "special-values", "fresh-probes", "timing", "sanitizer",
@@ -167,7 +167,7 @@ class BuildRecord:
 
 @dataclass(frozen=True, slots=True)
 class TimingResult:
-    """One timed callable (STYLE.md rule 9): unit-suffixed, never a sentinel."""
+    """One timed callable: unit-suffixed fields, never a sentinel that could pass for a time."""
 
     median_ms: float
     p99_ms: float
