@@ -69,14 +69,15 @@ def _register_all() -> None:
         audit_cmds,
         build_cmds,
         certify_cmds,
+        digest_cmd,
         fingerprint_cmd,
         registry_cmds,
         witness_cmds,
     )
 
     for module in (
-        build_cmds, certify_cmds, fingerprint_cmd, attest_cmds, registry_cmds, audit_cmds,
-        witness_cmds,
+        build_cmds, certify_cmds, fingerprint_cmd, attest_cmds, digest_cmd, registry_cmds,
+        audit_cmds, witness_cmds,
     ):  # fmt: skip
         module.register(app)
 
