@@ -280,7 +280,8 @@ def made_in_sandbox(ctx: Context) -> None:
         )
 
 
-#: A certificate is valid for a target when all of these hold (docs/api.md, "Validity").
+#: A certificate is valid for a target when all of these hold (docs/api.md, "Validity,
+#: promotion and the gate").
 CERTIFICATE_VALID: Check = all_of(
     signed_by_trusted_key, not_revoked, verdict_passes, hardware_matches, fingerprint_matches,
     made_in_sandbox,
