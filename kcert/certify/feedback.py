@@ -104,7 +104,21 @@ def _nvrtc_error(log: str, text: str, filename: str) -> CompilerError | None:
     line = int(match.group("line"))
     lines = text.splitlines() if match.group("file").endswith(filename) else []
     source_line = lines[line - 1] if 0 < line <= len(lines) else None
-    return CompilerError(match.group("file"), line, None, source_line, match.group("what").strip())
+    return CompilerError(match.group("file"), line, _nvrtc_column(log[match.end():], source_line),
+                         source_line, match.group("what").strip())  # fmt: skip
+
+
+def _nvrtc_column(after: str, source_line: str | None) -> int | None:
+    """NVRTC echoes the line (indented its own way) and a caret under the column."""
+    echoed = after.lstrip("\n").splitlines()[:2]
+    if source_line is None or len(echoed) < 2 or echoed[1].strip() != "^":
+        return None
+    code = source_line.strip()
+    shown = echoed[0].find(code) if code else -1
+    if shown < 0 or echoed[0].strip() != code:
+        return None
+    indent = len(source_line) - len(source_line.lstrip())
+    return echoed[1].index("^") - shown + indent + 1
 
 
 def report_feedback(report: CertificationReport) -> str:

@@ -48,11 +48,16 @@ def test_an_excerpt_that_matches_no_function_line_gets_no_line_number() -> None:
 
 def test_an_nvrtc_error_is_placed_at_its_line() -> None:
     source = b'extern "C" __global__ void k(float* x) {\n    x[0] = yy;\n}\n'
-    log = 'k.cu(2): error: identifier "yy" is undefined\n\n1 error detected in the compilation'
+    # NVRTC's own words, as it wrote them for this source
+    log = ('k.cu(2): error: identifier "yy" is undefined\n      x[0] = yy;\n             ^\n\n'
+           '1 error detected in the compilation of "k.cu".\n')  # fmt: skip
     found = compiler_error(log, source, "k.cu")
     assert found is not None
-    assert (found.line, found.source_line) == (2, "    x[0] = yy;")
+    assert (found.line, found.column, found.source_line) == (2, 12, "    x[0] = yy;")
     assert found.error == 'identifier "yy" is undefined'
+    assert found.text().splitlines()[2] == "    " + " " * 11 + "^"
+    bare = compiler_error('k.cu(2): error: identifier "yy" is undefined\n', source, "k.cu")
+    assert bare is not None and (bare.line, bare.column) == (2, None)
 
 
 def test_a_log_without_a_place_gives_none() -> None:
@@ -100,3 +105,21 @@ def test_a_cuda_entry_must_appear_in_the_source(tmp_path: Path) -> None:
                                         r"functions there: scale\); did you mean 'scale'\?"):
         check_entry(kernel)
     check_entry(load_spec(spec_for(tmp_path, "k.cu", source, "scale")).kernels[0])
+
+
+def test_lint_carries_nvrtcs_error_at_its_line(tmp_path: Path) -> None:
+    from kcert.certify.errors import CompilerUnavailable
+    from kcert.certify.lint import lint
+
+    source = b'extern "C" __global__ void k(float* x, float* out, int n) {\n    out[0] = yy;\n}\n'
+    kernel = load_spec(spec_for(tmp_path, "k.cu", source, "k")).kernels[0]
+    try:
+        report = lint(kernel, arch="sm_90")
+    except CompilerUnavailable as exc:
+        pytest.skip(f"NVRTC is not available here: {exc}")
+    build = report.check("build")
+    assert build.status == "fail"
+    assert build.message.endswith(': identifier "yy" is undefined at k.cu:2')
+    assert build.details["compiler_error"] == {
+        "file": "k.cu", "line": 2, "column": 14, "source_line": "    out[0] = yy;",
+        "error": 'identifier "yy" is undefined'}  # fmt: skip
