@@ -270,6 +270,13 @@ class CertificationReport:
     def first_failure(self) -> CheckResult | None:
         return next((c for c in self.checks if c.status is Status.FAIL), None)
 
+    def feedback(self) -> str:
+        """What failed, on which smallest shape and by how much, as text for a model or a
+        person to act on (:mod:`kcert.certify.feedback`); one line when it passed."""
+        from kcert.certify.feedback import report_feedback
+
+        return report_feedback(self)
+
     def predicate(self) -> dict[str, Any]:
         """The in-toto predicate (``PREDICATE_TYPE``) this report is signed as."""
         return {

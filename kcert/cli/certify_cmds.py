@@ -19,7 +19,6 @@ from kcert.cli.app import EXIT_FAIL, EXIT_OK
 from kcert.cli.output import emit_json, err_console, out_console
 from kcert.errors import UsageError
 
-_MESSAGE_WIDTH = 110
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
 
 
@@ -118,6 +117,8 @@ def _summary(report: CertificationReport, certificate: str | None,
         "largest_elements": report.largest_elements,
         "certificate": certificate,
         "certificate_id": certificate_id,
+        # what a refine loop feeds back to the model: failures, smallest shapes, compiler errors
+        "feedback": report.feedback(),
     }  # fmt: skip
 
 
@@ -128,11 +129,10 @@ def _show(report: CertificationReport, certificate: str | None, certificate_id: 
     for column in ("check", "status", "probe", "message"):
         table.add_column(column, overflow="fold")
     for check in report.checks:
-        message = check.message if len(check.message) <= _MESSAGE_WIDTH else (
-            check.message[: _MESSAGE_WIDTH - 3] + "...")  # fmt: skip
         style = _STYLE[check.status]
+        # the whole message, wrapped: a cut one loses the expected value and the error
         table.add_row(check.name, f"[{style}]{check.status}[/]", escape(check.probe or "-"),
-                      escape(message))  # fmt: skip
+                      escape(check.message))  # fmt: skip
     out_console.print(table)
     for name, dims in report.minimized.items():
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
@@ -151,6 +151,10 @@ def _show(report: CertificationReport, certificate: str | None, certificate_id: 
         out_console.print(f"largest buffer probed: {report.largest_elements} elements",
                           markup=False)  # fmt: skip
     verdict = report.verdict
+    if verdict is Verdict.FAIL:
+        out_console.print("")
+        out_console.print(report.feedback(), markup=False, highlight=False, soft_wrap=True)
+        out_console.print("")
     style = "green" if verdict is Verdict.PASS else "bold red"
     out_console.print(f"verdict: [{style}]{verdict}[/]")
     if certificate is not None:
