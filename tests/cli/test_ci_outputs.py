@@ -297,3 +297,18 @@ def test_several_kernels_need_a_folder_for_out(spec: Path, tmp_path: Path) -> No
     result = run("certify", str(spec), "--key", str(key), "--out", "file", "--json")
     assert result.exit_code == 2
     assert "folder" in json.loads(result.stdout)["error"]["detail"]
+
+
+@needs_triton
+def test_one_kernel_writes_the_same_outputs(spec: Path, tmp_path: Path) -> None:
+    result = run("certify", str(spec), "--kernel", "scale_tail", "--executor",
+                 "triton-interpreter", "--max-probes", "1", "--json",
+                 "--junit", "one.xml", "--sarif", "one.sarif")  # fmt: skip
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    assert isinstance(summary, dict) and summary["verdict"] == "fail"
+    assert junit_counts(tmp_path / "one.xml") == expected_counts(summary["checks"])
+    suites = ET.parse(tmp_path / "one.xml").getroot().findall("testsuite")
+    assert [s.get("name") for s in suites] == ["scale_tail"]
+    failing = sorted(c["name"] for c in summary["checks"] if c["status"] == "fail")
+    assert sorted(r["ruleId"] for r in sarif_results(tmp_path / "one.sarif")) == failing
