@@ -30,7 +30,8 @@ _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
 
 
 def certify_command(
-    path: Annotated[Path, typer.Argument(help="A kcert.toml, or a kernel source beside one.")],
+    path: Annotated[Path, typer.Argument(
+        help="A kcert.toml (or its folder), or a kernel source beside one.")],
     kernel: Annotated[str | None, typer.Option(
         "--kernel", help="Which [[kernel]] (default: every one the spec or source has).")] = None,
     executor: Annotated[str, typer.Option(

@@ -281,13 +281,19 @@ def test_a_kernel_that_cannot_run_is_an_error_and_the_others_go_on(tmp_path: Pat
     (folder / "ref_scale.py").write_text("def scale(*, x, out, n, BLOCK):\n    return x * 3.0\n")
     triton = triton.replace("reference.py:scale", "ref_scale.py:scale")
     (folder / "kcert.toml").write_text("[[kernel]]" + cuda + triton)
-    result = run("certify", str(folder), "--max-probes", "1", "--json", "--junit", "m.xml")
+    result = run("certify", str(folder), "--max-probes", "1", "--json", "--junit", "m.xml",
+                 "--sarif", "m.sarif")  # fmt: skip
     assert result.exit_code == 2, result.output
     entries = json.loads(result.stdout)
     assert [e["verdict"] for e in entries] == ["error", "pass"]
     assert entries[0]["error"]["detail"] and "kcert lint" in entries[0]["error"]["detail"]
     counts = junit_counts(tmp_path / "m.xml")
     assert counts["errors"] == 1 and counts["failures"] == 0
+    results = sarif_results(tmp_path / "m.sarif")
+    assert [(r["ruleId"], r["level"]) for r in results] == [("kcert", "error")]
+    assert where(results[0])[0] == "mixed/saxpy.cu"
+    log = json.loads((tmp_path / "m.sarif").read_text())
+    assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
 
 
 def test_several_kernels_need_a_folder_for_out(spec: Path, tmp_path: Path) -> None:
