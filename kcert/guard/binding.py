@@ -101,6 +101,9 @@ class CertifiedKernel:
         largest = probes.get("largest_elements")
         self.largest_elements: int | None = int(largest) if largest is not None else None
         self._launches: dict[tuple[tuple[str, int], ...], Launch | str] = {}
+        self._names = tuple(a.name for a in kernel.args)
+        self._bound: dict[tuple[Any, ...], tuple[dict[str, int], Launch | None,
+                                                 tuple[str, ...]]] = {}  # fmt: skip
 
     @classmethod
     def load(cls, certificate: str | Path | Envelope | CertificateContents,
@@ -120,12 +123,27 @@ class CertifiedKernel:
     # ------------------------------------------------------------------ calls
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> BoundCall:
-        """Map one call's arguments onto the spec and test its shapes against the scope."""
+        """Map one call's arguments onto the spec and test its shapes against the scope.
+
+        Calls alike in their shapes and scalars share one answer: traffic repeats a few
+        shapes, and binding the spec's expressions is the slow part of a call.
+        """
+        values: dict[str, Any] = dict(zip(self._names, args, strict=False))
+        if kwargs:
+            values.update((n, kwargs[n]) for n in self._names if n in kwargs)
+        key = tuple(_key(values.get(n)) for n in self._names)
+        known = self._bound.get(key)
+        if known is None:
+            known = self._bind(values)
+            if len(self._bound) >= LAUNCH_CACHE:
+                self._bound.clear()
+            self._bound[key] = known
+        dims, launch, reasons = known
+        return BoundCall(values, dims, launch, reasons)
+
+    def _bind(self, values: Mapping[str, Any],
+              ) -> tuple[dict[str, int], Launch | None, tuple[str, ...]]:  # fmt: skip
         spec_args = self.kernel.args
-        values: dict[str, Any] = {a.name: v for a, v in zip(spec_args, args, strict=False)}
-        for arg in spec_args:
-            if arg.name in kwargs:
-                values[arg.name] = kwargs[arg.name]
         reasons: list[str] = []
         dims: dict[str, int] = {}
         for arg in spec_args:
@@ -144,12 +162,12 @@ class CertifiedKernel:
         missing = sorted(set(self.kernel.dims) - set(dims))
         if missing:
             reasons.append(f"dim(s) {', '.join(missing)} cannot be read from the call")
-            return BoundCall(values, dims, None, tuple(reasons))
+            return dims, None, tuple(reasons)
         launch = self._launch(dims, reasons)
         if launch is not None:
             reasons.extend(self._shape_reasons(values, dims, launch))
             launch = _with_call_scalars(self.kernel, launch, values, reasons)
-        return BoundCall(values, dims, launch, tuple(reasons))
+        return dims, launch, tuple(reasons)
 
     def _launch(self, dims: Mapping[str, int], reasons: list[str]) -> Launch | None:
         key = tuple(sorted(dims.items()))
@@ -202,6 +220,21 @@ class CertifiedKernel:
             if reason:
                 reasons.append(reason)
         return reasons
+
+
+def _key(value: Any) -> Any:
+    """What of an argument decides its binding: an array's shape, a scalar's value."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return value.shape
+    if isinstance(value, bool | int | float | str):
+        return (type(value).__name__, value)
+    if isinstance(value, np.generic):
+        return (type(value).__name__, value.item())
+    if arrays.kind(value) is not None:
+        return arrays.shape(value)
+    return type(value).__name__
 
 
 def _learn(dims: dict[str, int], text: str, size: int, kernel: KernelSpec,

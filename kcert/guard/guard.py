@@ -92,6 +92,8 @@ class Guard:
         self._window_start = _now()
         self._closed = False
         self._inputs = [b for b in kernel.kernel.buffers if b.intent is not Intent.OUT]
+        self._buffers = [(b.name, b.intent is not Intent.OUT) for b in kernel.kernel.buffers]
+        self._outputs = kernel.kernel.outputs
         self._worker = threading.Thread(target=self._run, name="kcert-guard", daemon=True)
         self._worker.start()
 
@@ -143,8 +145,8 @@ class Guard:
                 ) -> tuple[BoundCall, dict[str, Any] | None, str | None]:  # fmt: skip
         bound = self.kernel.bind(args, kwargs)
         values = bound.values
-        buffers = [(values[b.name], b.intent is not Intent.OUT) for b in self.kernel.kernel.buffers
-                   if arrays.kind(values.get(b.name)) is not None]  # fmt: skip
+        buffers = [(values[name], is_input) for name, is_input in self._buffers
+                   if arrays.kind(values.get(name)) is not None]  # fmt: skip
         decision = self.sampler.decide(arrays.features(buffers) if buffers else None)
         gpu = next((arrays.kind(v) for v, _ in buffers if arrays.on_gpu(v)), None)
         with self._lock:
@@ -160,7 +162,7 @@ class Guard:
 
     def _after(self, bound: BoundCall, inputs: dict[str, Any], result: Any) -> None:
         assert bound.launch is not None
-        outputs = _outputs(self.kernel.kernel.outputs, bound.values, result)
+        outputs = _outputs(self._outputs, bound.values, result)
         sample = Sample(_stamp(_now()), bound.dims, bound.launch, inputs, outputs, bound.reasons)
         with self._lock:
             self._total.sampled += 1
