@@ -15,7 +15,9 @@ order of the outputs, or a dict by name); an output it does not return is read
 from the ``out`` or ``inout`` buffer passed, after the call (a launcher that
 writes in place and returns None). The dims are read from the buffers' extents
 that are a bare dim name (``f32[m, n]``) and from scalars defined as one
-(``n = "i32 = n"``).
+(``n = "i32 = n"``). A callable with another signature is given an *adapter*,
+a function of the same arguments that returns them by spec name
+(``lambda x, out: {"x_ptr": x, "out_ptr": out}``).
 
 **Scope.** A call is in the certified scope when every dim lies between the
 smallest and the largest size probed (the predicate's ``probes.scope``), no
@@ -28,7 +30,7 @@ reason is a sentence, so a report says why.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,8 @@ from kcert.guard import arrays
 
 #: Launches kept per kernel, by dims: binding the spec's expressions on every call is slow.
 LAUNCH_CACHE = 256
+#: Maps a guarded callable's own arguments to the spec's argument names.
+Adapter = Callable[..., Mapping[str, Any]]
 
 
 class GuardError(KcertError):
@@ -122,15 +126,21 @@ class CertifiedKernel:
 
     # ------------------------------------------------------------------ calls
 
-    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> BoundCall:
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+             adapter: Adapter | None = None) -> BoundCall:  # fmt: skip
         """Map one call's arguments onto the spec and test its shapes against the scope.
 
-        Calls alike in their shapes and scalars share one answer: traffic repeats a few
-        shapes, and binding the spec's expressions is the slow part of a call.
+        ``adapter`` maps a callable's own arguments to the spec's names, for a callable
+        whose signature is not the kernel's. Calls alike in their shapes and scalars
+        share one answer: traffic repeats a few shapes, and binding the spec's
+        expressions is the slow part of a call.
         """
-        values: dict[str, Any] = dict(zip(self._names, args, strict=False))
-        if kwargs:
-            values.update((n, kwargs[n]) for n in self._names if n in kwargs)
+        if adapter is not None:
+            values = {n: v for n, v in adapter(*args, **kwargs).items() if n in self._names}
+        else:
+            values = dict(zip(self._names, args, strict=False))
+            if kwargs:
+                values.update((n, kwargs[n]) for n in self._names if n in kwargs)
         key = tuple(_key(values.get(n)) for n in self._names)
         known = self._bound.get(key)
         if known is None:

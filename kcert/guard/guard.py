@@ -30,7 +30,7 @@ from kcert.attest.dsse import Envelope
 from kcert.certify.spec import BufferArg, Intent, KernelSpec
 from kcert.errors import KcertError
 from kcert.guard import arrays
-from kcert.guard.binding import BoundCall, CertifiedKernel
+from kcert.guard.binding import Adapter, BoundCall, CertifiedKernel
 from kcert.guard.check import Checker, Mismatch, Sample
 from kcert.guard.latency import Histogram, LatencyHistogram, Timer
 from kcert.guard.report import MAX_MISMATCHES, ListReporter, ObservationReport, Reporter
@@ -76,10 +76,13 @@ class Guard:
 
     def __init__(self, kernel: CertifiedKernel, *, sample_rate: float = 0.01,
                  queue_size: int = 64, seed: int | None = None,
-                 reporter: Reporter | None = None) -> None:  # fmt: skip
+                 reporter: Reporter | None = None,
+                 adapter: Adapter | None = None) -> None:  # fmt: skip
+        """``reporter`` belongs to the guard from now on: :meth:`close` closes it."""
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, got {queue_size}")
         self.kernel = kernel
+        self.adapter = adapter
         self.reporter: Reporter = reporter if reporter is not None else ListReporter()
         self.sampler = Sampler(sample_rate, seed=seed)
         self.checker = Checker(kernel, evidence_cap=self.reporter.max_evidence_bytes)
@@ -99,14 +102,19 @@ class Guard:
 
     @classmethod
     def from_certificate(cls, certificate: str | Path | Envelope | CertificateContents,
-                         spec: str | Path | KernelSpec, *, kernel: str | None = None,
-                         **options: Any) -> Guard:  # fmt: skip
+                         spec: str | Path | KernelSpec, *,
+                         kernel: str | Adapter | None = None, **options: Any) -> Guard:  # fmt: skip
         """A guard for ``certificate``'s kernel as ``spec`` describes it.
 
-        ``kernel`` names the ``[[kernel]]`` when the spec file holds several and the
-        certificate's name is not the one to pick (it is by default). ``options`` go
-        to :class:`Guard` (``sample_rate``, ``queue_size``, ``seed``, ``reporter``).
+        ``kernel`` is the adapter from the guarded callable's arguments to the spec's
+        (:mod:`kcert.guard.binding`; none: the callable takes the spec's arguments), or
+        a name that picks the ``[[kernel]]`` of a spec file (by default the one the
+        certificate names). ``options`` go to :class:`Guard` (``sample_rate``,
+        ``queue_size``, ``seed``, ``reporter``, ``adapter``).
         """
+        if callable(kernel):
+            options["adapter"] = kernel
+            kernel = None
         if kernel is not None and not isinstance(spec, KernelSpec):
             from kcert.certify.spec import load_spec
 
@@ -143,7 +151,7 @@ class Guard:
 
     def _before(self, args: tuple[Any, ...], kwargs: dict[str, Any],
                 ) -> tuple[BoundCall, dict[str, Any] | None, str | None]:  # fmt: skip
-        bound = self.kernel.bind(args, kwargs)
+        bound = self.kernel.bind(args, kwargs, adapter=self.adapter)
         values = bound.values
         buffers = [(values[name], is_input) for name, is_input in self._buffers
                    if arrays.kind(values.get(name)) is not None]  # fmt: skip
@@ -225,14 +233,18 @@ class Guard:
                 item = None
             if item is _STOP:
                 return
-            if isinstance(item, Sample):
-                self._check(item)
-            if isinstance(item, _Flush) or time.monotonic() >= next_cut or \
-                    len(self._mismatches) >= MAX_MISMATCHES:  # fmt: skip
-                self._cut(wait=isinstance(item, _Flush))
-                next_cut = time.monotonic() + interval
-            if isinstance(item, _Flush):
-                item.done.set()
+            try:
+                if isinstance(item, Sample):
+                    self._check(item)
+                if isinstance(item, _Flush) or time.monotonic() >= next_cut or \
+                        len(self._mismatches) >= MAX_MISMATCHES:  # fmt: skip
+                    self._cut(wait=isinstance(item, _Flush))
+                    next_cut = time.monotonic() + interval
+            except Exception:  # the worker must outlive any one failure
+                log.exception("kcert guard: the worker failed on one item")
+            finally:
+                if isinstance(item, _Flush):
+                    item.done.set()
 
     def _check(self, sample: Sample) -> None:
         try:
@@ -267,6 +279,9 @@ class Guard:
             latency = self._window_latency.snapshot(reset=True)
             mismatches, self._mismatches = self._mismatches, []
             start, self._window_start = self._window_start, end
+        if not w.seen and not mismatches:
+            self.reporter.flush()  # nothing new, but an earlier window may wait to be sent
+            return
         contents = self.kernel.contents
         report = ObservationReport(
             kernel=str(contents.source_digest), certificate=str(contents.id), start=_stamp(start),

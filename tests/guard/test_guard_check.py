@@ -187,3 +187,31 @@ def test_threads_may_share_a_guard(make_guard: Callable[..., Guard]) -> None:
     assert stats.calls_seen == 100 and stats.mismatches == 0
     assert stats.calls_checked + stats.dropped == stats.calls_sampled
     assert stats.latency.total == 100
+
+
+def test_an_adapter_maps_another_signature_onto_the_spec(spec: KernelSpec) -> None:
+    row_sum = load_spec(spec.spec_path).kernel("row_sum")
+    certificate = certificate_for(row_sum, {"m": (1, 64), "n": (1, 2048)})
+
+    def sums(x: np.ndarray[Any, Any], *, off_by: float = 0.0) -> np.ndarray[Any, Any]:
+        return x.sum(axis=1) + np.float32(off_by)
+
+    with Guard.from_certificate(certificate, row_sum, kernel=lambda x, **_: {"x_ptr": x},
+                                sample_rate=1.0, seed=0) as guard:  # fmt: skip
+        wrapped = guard.wrap(sums)
+        x = np.random.default_rng(0).uniform(-1, 1, (8, 300)).astype(np.float32)
+        assert np.array_equal(wrapped(x), sums(x))
+        wrapped(x, off_by=0.5)
+        assert guard.flush(30)
+        stats = guard.stats()
+    assert (stats.calls_checked, stats.mismatches, stats.out_of_scope) == (2, 1, 0)
+
+
+def test_empty_windows_are_not_reported(make_guard: Callable[..., Guard]) -> None:
+    reporter = ListReporter()
+    guard = make_guard(sample_rate=1.0, seed=0, reporter=reporter)
+    assert guard.flush(30) and guard.flush(30)
+    assert reporter.reports == []
+    guard.wrap(saxpy)(*pair(10, 0))
+    assert guard.flush(30)
+    assert [r.calls_seen for r in reporter.reports] == [1]
