@@ -1,6 +1,6 @@
 """What does the guard cost the caller? A small NumPy kernel, unwrapped and guarded, same run.
 
-    python bench/guard.py [--m 32] [--n 256] [--calls 20000] [--rounds 5] [--queue-size 64]
+    python bench/guard.py [--m 32] [--n 256] [--calls 5000] [--rounds 5] [--queue-size 64]
 
 The kernel is examples/triton's row_sum written as a NumPy launcher
 (``out[i] = sum(x[i, :])``, float32), called with inputs inside its
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--m", type=int, default=32)
     parser.add_argument("--n", type=int, default=256)
-    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--queue-size", type=int, default=64)
     parser.add_argument("--certificate", type=Path, help="a certificate of examples' row_sum")

@@ -215,3 +215,30 @@ def test_empty_windows_are_not_reported(make_guard: Callable[..., Guard]) -> Non
     guard.wrap(saxpy)(*pair(10, 0))
     assert guard.flush(30)
     assert [r.calls_seen for r in reporter.reports] == [1]
+
+
+def test_shapes_out_of_scope_are_counted_for_every_call(
+    make_guard: Callable[..., Guard],
+) -> None:
+    guard = make_guard(sample_rate=0.0, seed=0)
+    wrapped = guard.wrap(saxpy)
+    wrapped(*pair(CERTIFIED_MAX + 1, 0))
+    wrapped(*pair(CERTIFIED_MAX, 1))
+    stats = guard.stats()
+    assert (stats.calls_seen, stats.out_of_scope, stats.calls_checked) == (2, 1, 0)
+
+
+def test_calls_that_do_not_fit_the_spec_pass_through(make_guard: Callable[..., Guard]) -> None:
+    guard = make_guard(sample_rate=1.0, seed=0)
+
+    @guard
+    def anything(*args: Any, **kwargs: Any) -> Any:
+        return args, kwargs
+
+    assert anything(1, "two", key=3) == ((1, "two"), {"key": 3})
+    x = np.zeros((4, 4), dtype=np.float32)  # two axes where the spec has one
+    assert anything(x, x)[0][0] is x
+    assert guard.flush(30)
+    stats = guard.stats()
+    assert (stats.calls_seen, stats.out_of_scope, stats.calls_checked, stats.check_errors) \
+        == (2, 2, 0, 0)  # fmt: skip
