@@ -29,6 +29,7 @@ import numpy as np
 
 #: Value features read at most this many elements of a buffer.
 SUBSAMPLE = 256
+_WIDE_ENOUGH = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def kind(value: Any) -> str | None:
@@ -97,6 +98,11 @@ def features(buffers: Iterable[tuple[Any, bool]]) -> list[float]:
 
 
 def _value_features(value: Any) -> list[float]:
+    with np.errstate(all="ignore"):  # overflow in a feature is no news to the caller
+        return _summary(value)
+
+
+def _summary(value: Any) -> list[float]:
     """``log2(1 + max|x|)``, mean, std and the fraction of non-finite values of a subsample.
 
     Four reductions in the common case (every value finite, which a finite sum shows):
@@ -104,7 +110,8 @@ def _value_features(value: Any) -> list[float]:
     """
     sample = _subsample(value)
     try:
-        wide = sample if sample.dtype == np.float64 else sample.astype(np.float64)
+        # float32 sums 256 values well enough for a feature; integers could overflow
+        wide = sample if sample.dtype in _WIDE_ENOUGH else sample.astype(np.float64)
     except (TypeError, ValueError):  # not numbers; ml_dtypes' bfloat16 converts
         return [0.0, 0.0, 0.0, 0.0]
     count = wide.size
@@ -115,7 +122,7 @@ def _value_features(value: Any) -> list[float]:
         nonfinite = 0.0
     else:
         finite = np.isfinite(wide)
-        wide = wide[finite]
+        wide = wide[finite].astype(np.float64)  # float32 squares of large values overflow
         nonfinite = 1.0 - wide.size / count
         if wide.size == 0:
             return [0.0, 0.0, 0.0, 1.0]

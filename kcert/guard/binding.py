@@ -141,7 +141,8 @@ class CertifiedKernel:
             values = dict(zip(self._names, args, strict=False))
             if kwargs:
                 values.update((n, kwargs[n]) for n in self._names if n in kwargs)
-        key = tuple(_key(values.get(n)) for n in self._names)
+        key = tuple([v.shape if type(v) is np.ndarray else _key(v)
+                     for v in map(values.get, self._names)])
         known = self._bound.get(key)
         if known is None:
             known = self._bind(values)

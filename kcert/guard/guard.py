@@ -89,8 +89,8 @@ class Guard:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()
         self._total, self._window = _Counts(), _Counts()
-        self._total_latency, self._window_latency = Histogram(), Histogram()
-        self._timer = Timer(self._window_latency, self._total_latency)
+        self._latency = Histogram()
+        self._timer = Timer(self._latency)
         self._mismatches: list[Mismatch] = []
         self._window_start = _now()
         self._closed = False
@@ -200,7 +200,7 @@ class Guard:
         with self._lock:
             t = self._total
             return GuardStats(t.seen, t.sampled, t.checked, t.mismatches, t.out_of_scope,
-                              t.dropped, t.outliers, t.errors, self._total_latency.snapshot())
+                              t.dropped, t.outliers, t.errors, self._latency.since_start())
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Send the last window and stop the worker (idempotent)."""
@@ -276,7 +276,7 @@ class Guard:
         end = _now()
         with self._lock:
             w, self._window = self._window, _Counts()
-            latency = self._window_latency.snapshot(reset=True)
+            latency = self._latency.snapshot(reset=True)
             mismatches, self._mismatches = self._mismatches, []
             start, self._window_start = self._window_start, end
         if not w.seen and not mismatches:
