@@ -132,6 +132,8 @@ class Guard:
                 bound, sampled, gpu = self._before(args, kwargs)
             except Exception:  # the guard's failure is never the caller's
                 log.exception("kcert guard: could not look at a call")
+                with self._lock:
+                    self._total.errors += 1
                 return fn(*args, **kwargs)
             started = self._timer.start(gpu)
             result = fn(*args, **kwargs)
