@@ -36,9 +36,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from kcert.attest.certificate import CertificateContents, inspect_envelope, read_certificate
+from kcert.attest.certificate import (
+    CertificateContents,
+    inspect_envelope,
+    read_certificate,
+    verify_envelope,
+)
 from kcert.attest.dsse import Envelope
+from kcert.attest.keys import load_public_key, trust_map
 from kcert.certify.probes import domain_ends
 from kcert.certify.spec import (
     FLOAT_DTYPES,
@@ -111,13 +118,24 @@ class CertifiedKernel:
 
     @classmethod
     def load(cls, certificate: str | Path | Envelope | CertificateContents,
-             spec: str | Path | KernelSpec) -> CertifiedKernel:  # fmt: skip
+             spec: str | Path | KernelSpec, *,
+             key: str | Path | Ed25519PublicKey | None = None) -> CertifiedKernel:  # fmt: skip
+        """Read a certificate and its spec; with ``key``, the signature must verify with it.
+
+        Without a key the certificate is read, not authenticated: the guard only reports,
+        and the registry verifies every certificate it is told about.
+        """
         if isinstance(certificate, CertificateContents):
-            contents = certificate
+            envelope = certificate.envelope
         elif isinstance(certificate, Envelope):
-            contents = inspect_envelope(certificate)
+            envelope = certificate
         else:
-            contents = inspect_envelope(read_certificate(Path(certificate)))
+            envelope = read_certificate(Path(certificate))
+        if key is not None:
+            public = key if isinstance(key, Ed25519PublicKey) else load_public_key(Path(key))
+            contents: CertificateContents = verify_envelope(envelope, trust_map([public]))
+        else:
+            contents = inspect_envelope(envelope)
         if isinstance(spec, KernelSpec):
             kernel = spec
         else:

@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from kcert.attest.certificate import CertificateContents
 from kcert.attest.dsse import Envelope
 from kcert.certify.spec import BufferArg, Intent, KernelSpec
@@ -103,13 +105,16 @@ class Guard:
     @classmethod
     def from_certificate(cls, certificate: str | Path | Envelope | CertificateContents,
                          spec: str | Path | KernelSpec, *,
-                         kernel: str | Adapter | None = None, **options: Any) -> Guard:  # fmt: skip
+                         kernel: str | Adapter | None = None,
+                         key: str | Path | Ed25519PublicKey | None = None,
+                         **options: Any) -> Guard:  # fmt: skip
         """A guard for ``certificate``'s kernel as ``spec`` describes it.
 
         ``kernel`` is the adapter from the guarded callable's arguments to the spec's
         (:mod:`kcert.guard.binding`; none: the callable takes the spec's arguments), or
         a name that picks the ``[[kernel]]`` of a spec file (by default the one the
-        certificate names). ``options`` go to :class:`Guard` (``sample_rate``,
+        certificate names). With ``key`` (a public key or its file) the certificate's
+        signature must verify with it. ``options`` go to :class:`Guard` (``sample_rate``,
         ``queue_size``, ``seed``, ``reporter``, ``adapter``).
         """
         if callable(kernel):
@@ -119,7 +124,7 @@ class Guard:
             from kcert.certify.spec import load_spec
 
             spec = load_spec(Path(spec)).kernel(kernel)
-        return cls(CertifiedKernel.load(certificate, spec), **options)
+        return cls(CertifiedKernel.load(certificate, spec, key=key), **options)
 
     # ------------------------------------------------------------------ the caller's side
 

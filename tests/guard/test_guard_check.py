@@ -242,3 +242,19 @@ def test_calls_that_do_not_fit_the_spec_pass_through(make_guard: Callable[..., G
     stats = guard.stats()
     assert (stats.calls_seen, stats.out_of_scope, stats.calls_checked, stats.check_errors) \
         == (2, 2, 0, 0)  # fmt: skip
+
+
+def test_with_a_key_the_signature_must_verify(spec: KernelSpec, tmp_path: Any) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from kcert.attest.errors import VerificationError
+    from kcert.attest.keys import write_keypair
+
+    signer = Ed25519PrivateKey.generate()
+    certificate = certificate_for(spec, {"n": (1, 100)}, key=signer)
+    with Guard.from_certificate(certificate, spec, key=signer.public_key()) as guard:
+        assert guard.kernel.contents.id
+    other = tmp_path / "other"
+    write_keypair(other, passphrase=None)
+    with pytest.raises(VerificationError):
+        Guard.from_certificate(certificate, spec, key=tmp_path / "other.pub")
