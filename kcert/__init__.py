@@ -85,6 +85,14 @@ _EXPORTS: dict[str, str] = {
     "RemoteRegistry": "kcert.registry.client",
     "CertificateStored": "kcert.registry.models",
     "GateDecision": "kcert.registry.models",
+    # runtime verification after promotion
+    "Guard": "kcert.guard",
+    "GuardStats": "kcert.guard",
+    "GuardError": "kcert.guard",
+    "Reporter": "kcert.guard",
+    "HttpReporter": "kcert.guard",
+    "ListReporter": "kcert.guard",
+    "ObservationReport": "kcert.guard",
     # values and errors
     "Digest": "kcert.digest",
     "KcertError": "kcert.errors",
@@ -102,7 +110,9 @@ __all__ = [
     "write_certificate", "read_certificate", "certificate_id", "Envelope", "CertificateContents",
     "VerifiedCertificate", "diff", "CertificateDiff", "Thresholds", "open_registry", "trust_key",
     "Registry", "EmbeddedRegistry", "RemoteRegistry", "CertificateStored", "GateDecision",
-    "Digest", "KcertError", "SpecError", "BuildError", "VerificationError", "RegistryError",
+    "Guard", "GuardStats", "GuardError", "Reporter", "HttpReporter", "ListReporter",
+    "ObservationReport", "Digest", "KcertError", "SpecError", "BuildError", "VerificationError",
+    "RegistryError",
 ]  # fmt: skip
 
 
@@ -147,6 +157,15 @@ if TYPE_CHECKING:
         sign,
         trust_key,
         verify,
+    )
+    from kcert.guard import (
+        Guard,
+        GuardError,
+        GuardStats,
+        HttpReporter,
+        ListReporter,
+        ObservationReport,
+        Reporter,
     )
     from kcert.registry.client import EmbeddedRegistry, Registry, RemoteRegistry
     from kcert.registry.errors import RegistryError

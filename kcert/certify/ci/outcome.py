@@ -80,11 +80,14 @@ class KernelOutcome:
     def failure_text(self) -> str:
         """Why this kernel did not pass, for the pytest plugin and the many-kernel summary.
 
-        The one place to switch to the report's own refine-loop feedback once reports
-        have it; until then: every failing check, as :meth:`check_text` writes it.
+        A certification says it with the report's own refine-loop feedback
+        (:meth:`CertificationReport.feedback`); a lint, which has no report, lists every
+        failing check as :meth:`check_text` writes it.
         """
         if self.error is not None:
             return f"error: {self.error}"
+        if self.report is not None:
+            return self.report.feedback()
         parts = [f"{c.name} failed{'' if c.required else ' (not required)'}: "
                  f"{self.check_text(c)}" for c in self.failing()]  # fmt: skip
         return "\n".join(parts) if parts else "every check passed"
