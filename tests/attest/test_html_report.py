@@ -7,10 +7,10 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 from attest_report_factory import make_probe, make_report
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from html_samples import HOSTILE, profiled, sample_report
 from typer.testing import CliRunner
 
 from kcert.attest.certificate import (
@@ -30,42 +30,8 @@ from kcert.attest.keys import (
     write_keypair,
 )
 from kcert.attest.statement import validate_predicate
-from kcert.certify.checks import error_profile
-from kcert.certify.profile import PROBE_BINS
-from kcert.certify.report import CertificationReport, ErrorProfile, ProbeRecord
-from kcert.certify.tolerance import Allowance
+from kcert.certify.report import CertificationReport, ErrorProfile
 from kcert.cli.app import app
-
-HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
-
-
-def profiled(probe: ProbeRecord, shape: tuple[int, ...], *, bad: tuple[int, ...] = (),
-             budget: int = PROBE_BINS) -> ProbeRecord:  # fmt: skip
-    """``probe`` with a real profile of an output of ``shape``, wrong at flat indices ``bad``."""
-    rng = np.random.default_rng(len(shape) * 1000 + sum(shape))
-    ref = rng.standard_normal(shape).astype(np.float32)
-    got = (ref + rng.standard_normal(shape).astype(np.float32) * np.float32(1e-6)).reshape(-1)
-    for i in bad:
-        got[i] = np.float32(np.nan) if i % 2 else got[i] + np.float32(0.5)
-    got = got.reshape(shape)
-    allowance = Allowance(np.full(shape, 1e-5), 1e-5, 0.0, "spec")
-    profile = error_profile("f32", got, ref, allowance, unwritten=np.zeros(shape, dtype=bool),
-                            budget=budget)  # fmt: skip
-    metrics = {k: dataclasses.replace(m, profile=profile, bad_count=len(bad),
-                                      first_bad_index=(bad[0],) if bad else None)
-               for k, m in probe.metrics.items()}  # fmt: skip
-    return dataclasses.replace(probe, metrics=metrics)
-
-
-def sample_report(message: str = "ok") -> CertificationReport:
-    probes = (
-        profiled(make_probe(1000), (1000,), bad=(998, 999)),
-        profiled(dataclasses.replace(make_probe(64), id="m=48,n=64", dims={"m": 48, "n": 64}),
-                 (48, 64), bad=(47 * 64 + 10, 47 * 64 + 11)),
-        make_probe(7),  # as certificates made before profiles: none recorded
-    )
-    report = make_report(probes=probes, failing={"correctness": message})
-    return report
 
 
 def _contents(report: CertificationReport) -> CertificateContents:
@@ -86,7 +52,10 @@ def test_page_shows_verdict_checks_environment_and_a_plot_per_profiled_output() 
     assert "no profile recorded" in page  # the probe without a profile still renders
     # the failing tail of the vector and the failing bottom row of the matrix are marked
     assert "elements 984\u2013999: FAIL: NaN, Inf or never written" in page
-    assert re.search(r"rows 46\u201347, cols 10\u201311: FAIL", page)
+    assert "elements 500\u2013514: FAIL: max err/allowed &gt; 1.8e+03<" in page
+    assert "rows 46\u201347, cols 10\u201311: FAIL: max err/allowed &gt; 1.8e+03<" in page
+    assert "rows 19\u201320, cols 40\u201341: FAIL: NaN, Inf or never written<" in page
+    assert page.count("FAIL: ") == 4  # every other bin passes
     assert "Signature not verified" in page
 
 
