@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from kcert.certify.checks import compare, error_profile
+from kcert.certify.pipeline import CertifyOptions, certify
 from kcert.certify.profile import MAX_BINS_1D, MAX_SIDE, bin_counts, element_levels, view_extent
 from kcert.certify.report import (
     PROFILE_ALPHABET,
     PROFILE_BOUND_LEVEL,
     PROFILE_NONFINITE_LEVEL,
+    Status,
 )
+from kcert.certify.spec import load_spec
 from kcert.certify.tolerance import Allowance
 
 
@@ -93,3 +98,27 @@ def test_a_probe_budget_is_shared_by_its_outputs() -> None:
     assert bin_counts((10_000, 10_000), 1024 // 3) == (18, 18)
     assert bin_counts((10_000,), 1024 // 40) == (25,)
     assert bin_counts((0,), 1024) == (1,)
+
+
+@pytest.mark.slow
+def test_the_pipeline_records_where_a_kernel_left_its_tail_unwritten() -> None:
+    """A grid rounded down leaves the last partial block unwritten: the profile shows the tail."""
+    spec = Path(__file__).resolve().parents[1] / "assets" / "triton" / "kcert.toml"
+    kernel = load_spec(spec).kernel("add_grid_rounded_down")
+    report = certify(kernel, CertifyOptions(executor="triton-interpreter", max_probes=3,
+                                            timing=False, minimize=False))  # fmt: skip
+    coverage = next(c for c in report.checks if c.name == "coverage")
+    assert coverage.status is Status.FAIL
+    probe = next(p for p in report.probes if p.id == coverage.probe)
+    metrics = probe.metrics["out"]
+    assert metrics.profile is not None and probe.to_json()["metrics"]["out"]["profile"]
+    (n,) = metrics.profile.extent
+    first_unwritten = coverage.details["out"]["first_index"][0]
+    levels = _levels(metrics.profile.levels)
+    count = len(levels)
+    for i, level in enumerate(levels):
+        last = (i + 1) * n // count - 1
+        # unwritten (poison) elements are failures; everything before them is exact here
+        assert (level == PROFILE_NONFINITE_LEVEL) == (last >= first_unwritten), (i, level)
+    for other in report.probes:
+        assert all(m.profile is not None for m in other.metrics.values())
