@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +123,5 @@ def test_the_pipeline_records_where_a_kernel_left_its_tail_unwritten() -> None:
         assert (level == PROFILE_NONFINITE_LEVEL) == (last >= first_unwritten), (i, level)
     for other in report.probes:
         assert all(m.profile is not None for m in other.metrics.values())
+    # one copy per probe and output: the checks' summaries of the worst error leave it out
+    assert "levels" not in json.dumps([c.to_json() for c in report.checks])
