@@ -55,6 +55,7 @@ details pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f8f
 .probe { border: 1px solid #d0d7de; border-radius: 6px; padding: 8px 12px; margin: 12px 0; }
 .probe.failing { border-color: var(--fail); }
 .probe h3 { margin-top: 4px; } .mute { color: var(--mute); }
+a { color: #0969da; text-decoration: none; } a:hover { text-decoration: underline; }
 .none { color: var(--mute); font-style: italic; margin: 6px 0; }
 svg.plot { display: block; max-width: 100%; height: auto; margin: 4px 0 8px; }
 svg .frame { fill: none; stroke: #57606a; stroke-width: 1; }
@@ -180,21 +181,36 @@ def _environment(env: Mapping[str, Any]) -> str:
 
 
 def _probes(items: Sequence[Mapping[str, Any]]) -> str:
-    parts = ["<h2>Probes: where the error falls</h2>", legend(),
+    parts = ["<h2>Probes: where the error falls</h2>", _overview(items), legend(),
              '<p class="mute">Each bar or cell is a bin of consecutive elements and shows the '
              "largest |got \u2212 reference| / allowed among them, on a log scale; above 1 (the "
              "dashed bound; red, \u2715) fails. Grey slivers are exact bins. Hover a bar or cell "
              "for its elements.</p>"]
-    for probe in items:
-        parts.append(_probe(probe))
+    for number, probe in enumerate(items):
+        parts.append(_probe(number, probe))
     return "".join(parts)
 
 
-def _probe(probe: Mapping[str, Any]) -> str:
+def _overview(items: Sequence[Mapping[str, Any]]) -> str:
+    """One line per probe, linking to its plots: with forty probes, where to look first."""
+    rows = []
+    for number, probe in enumerate(items):
+        metrics: Mapping[str, Mapping[str, Any]] = probe["metrics"]
+        bad = sum(int(m["bad_count"]) for m in metrics.values())
+        worst = ", ".join(f"{output}: {_num(m['max_ulp'])} ulp" for output, m in metrics.items())
+        rows.append(f'<tr><td class="mono"><a href="#probe-{number}">{_e(probe["id"])}</a></td>'
+                    f'<td>{_e(probe["kind"])}</td><td class="status {"fail" if bad else "pass"}">'
+                    f"{bad}</td><td>{_e(worst)}</td></tr>")
+    return ("<table><tr><th>probe</th><th>kind</th><th>elements outside tolerance</th>"
+            f"<th>max error</th></tr>{''.join(rows)}</table>")
+
+
+def _probe(number: int, probe: Mapping[str, Any]) -> str:
     metrics: Mapping[str, Mapping[str, Any]] = probe["metrics"]
     failing = any(m["bad_count"] for m in metrics.values())
     dims = ", ".join(f"{k}={v}" for k, v in probe["dims"].items())
-    head = (f'<div class="probe{" failing" if failing else ""}"><h3>probe {_e(probe["id"])} '
+    head = (f'<div class="probe{" failing" if failing else ""}" id="probe-{number}">'
+            f'<h3>probe {_e(probe["id"])} '
             f'<span class="mute">({_e(probe["kind"])}, seed {_e(probe["seed"])}; {_e(dims)})'
             "</span></h3>")
     rows, plots = [], []
