@@ -559,7 +559,9 @@ def _worst_metrics(ran: list[_ProbeOutcome]) -> dict[str, Any]:
         for name, metrics in outcome.record.metrics.items():
             if name not in worst or _score(metrics) > _score(worst[name]):
                 worst[name], where[name] = metrics, outcome.probe.id
-    return {name: {"probe": where[name], **m.to_json()} for name, m in worst.items()}
+    # the profile is in the probe's own metrics already: a second copy would only cost bytes
+    return {name: {"probe": where[name], **dataclasses.replace(m, profile=None).to_json()}
+            for name, m in worst.items()}  # fmt: skip
 
 
 def _score(metrics: ErrorMetrics) -> float:
