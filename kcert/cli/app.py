@@ -69,6 +69,7 @@ def _register_all() -> None:
         audit_cmds,
         build_cmds,
         certify_cmds,
+        digest_cmd,
         fingerprint_cmd,
         perf_cmds,
         registry_cmds,
@@ -76,8 +77,8 @@ def _register_all() -> None:
     )
 
     for module in (
-        build_cmds, certify_cmds, fingerprint_cmd, attest_cmds, registry_cmds, audit_cmds,
-        witness_cmds, perf_cmds,
+        build_cmds, certify_cmds, fingerprint_cmd, attest_cmds, digest_cmd, registry_cmds,
+        audit_cmds, witness_cmds, perf_cmds,
     ):  # fmt: skip
         module.register(app)
 

@@ -15,7 +15,9 @@ order of the outputs, or a dict by name); an output it does not return is read
 from the ``out`` or ``inout`` buffer passed, after the call (a launcher that
 writes in place and returns None). The dims are read from the buffers' extents
 that are a bare dim name (``f32[m, n]``) and from scalars defined as one
-(``n = "i32 = n"``).
+(``n = "i32 = n"``). A callable with another signature is given an *adapter*,
+a function of the same arguments that returns them by spec name
+(``lambda x, out: {"x_ptr": x, "out_ptr": out}``).
 
 **Scope.** A call is in the certified scope when every dim lies between the
 smallest and the largest size probed (the predicate's ``probes.scope``), no
@@ -28,15 +30,22 @@ reason is a sentence, so a report says why.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from kcert.attest.certificate import CertificateContents, inspect_envelope, read_certificate
+from kcert.attest.certificate import (
+    CertificateContents,
+    inspect_envelope,
+    read_certificate,
+    verify_envelope,
+)
 from kcert.attest.dsse import Envelope
+from kcert.attest.keys import load_public_key, trust_map
 from kcert.certify.probes import domain_ends
 from kcert.certify.spec import (
     FLOAT_DTYPES,
@@ -55,6 +64,8 @@ from kcert.guard import arrays
 
 #: Launches kept per kernel, by dims: binding the spec's expressions on every call is slow.
 LAUNCH_CACHE = 256
+#: Maps a guarded callable's own arguments to the spec's argument names.
+Adapter = Callable[..., Mapping[str, Any]]
 
 
 class GuardError(KcertError):
@@ -101,16 +112,30 @@ class CertifiedKernel:
         largest = probes.get("largest_elements")
         self.largest_elements: int | None = int(largest) if largest is not None else None
         self._launches: dict[tuple[tuple[str, int], ...], Launch | str] = {}
+        self._names = tuple(a.name for a in kernel.args)
+        self._bound: dict[tuple[Any, ...], tuple[dict[str, int], Launch | None,
+                                                 tuple[str, ...]]] = {}  # fmt: skip
 
     @classmethod
     def load(cls, certificate: str | Path | Envelope | CertificateContents,
-             spec: str | Path | KernelSpec) -> CertifiedKernel:  # fmt: skip
+             spec: str | Path | KernelSpec, *,
+             key: str | Path | Ed25519PublicKey | None = None) -> CertifiedKernel:  # fmt: skip
+        """Read a certificate and its spec; with ``key``, the signature must verify with it.
+
+        Without a key the certificate is read, not authenticated: the guard only reports,
+        and the registry verifies every certificate it is told about.
+        """
         if isinstance(certificate, CertificateContents):
-            contents = certificate
+            envelope = certificate.envelope
         elif isinstance(certificate, Envelope):
-            contents = inspect_envelope(certificate)
+            envelope = certificate
         else:
-            contents = inspect_envelope(read_certificate(Path(certificate)))
+            envelope = read_certificate(Path(certificate))
+        if key is not None:
+            public = key if isinstance(key, Ed25519PublicKey) else load_public_key(Path(key))
+            contents: CertificateContents = verify_envelope(envelope, trust_map([public]))
+        else:
+            contents = inspect_envelope(envelope)
         if isinstance(spec, KernelSpec):
             kernel = spec
         else:
@@ -119,13 +144,35 @@ class CertifiedKernel:
 
     # ------------------------------------------------------------------ calls
 
-    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> BoundCall:
-        """Map one call's arguments onto the spec and test its shapes against the scope."""
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+             adapter: Adapter | None = None) -> BoundCall:  # fmt: skip
+        """Map one call's arguments onto the spec and test its shapes against the scope.
+
+        ``adapter`` maps a callable's own arguments to the spec's names, for a callable
+        whose signature is not the kernel's. Calls alike in their shapes and scalars
+        share one answer: traffic repeats a few shapes, and binding the spec's
+        expressions is the slow part of a call.
+        """
+        if adapter is not None:
+            values = {n: v for n, v in adapter(*args, **kwargs).items() if n in self._names}
+        else:
+            values = dict(zip(self._names, args, strict=False))
+            if kwargs:
+                values.update((n, kwargs[n]) for n in self._names if n in kwargs)
+        key = tuple([v.shape if type(v) is np.ndarray else _key(v)
+                     for v in map(values.get, self._names)])
+        known = self._bound.get(key)
+        if known is None:
+            known = self._bind(values)
+            if len(self._bound) >= LAUNCH_CACHE:
+                self._bound.clear()
+            self._bound[key] = known
+        dims, launch, reasons = known
+        return BoundCall(values, dims, launch, reasons)
+
+    def _bind(self, values: Mapping[str, Any],
+              ) -> tuple[dict[str, int], Launch | None, tuple[str, ...]]:  # fmt: skip
         spec_args = self.kernel.args
-        values: dict[str, Any] = {a.name: v for a, v in zip(spec_args, args, strict=False)}
-        for arg in spec_args:
-            if arg.name in kwargs:
-                values[arg.name] = kwargs[arg.name]
         reasons: list[str] = []
         dims: dict[str, int] = {}
         for arg in spec_args:
@@ -144,12 +191,12 @@ class CertifiedKernel:
         missing = sorted(set(self.kernel.dims) - set(dims))
         if missing:
             reasons.append(f"dim(s) {', '.join(missing)} cannot be read from the call")
-            return BoundCall(values, dims, None, tuple(reasons))
+            return dims, None, tuple(reasons)
         launch = self._launch(dims, reasons)
         if launch is not None:
             reasons.extend(self._shape_reasons(values, dims, launch))
             launch = _with_call_scalars(self.kernel, launch, values, reasons)
-        return BoundCall(values, dims, launch, tuple(reasons))
+        return dims, launch, tuple(reasons)
 
     def _launch(self, dims: Mapping[str, int], reasons: list[str]) -> Launch | None:
         key = tuple(sorted(dims.items()))
@@ -202,6 +249,21 @@ class CertifiedKernel:
             if reason:
                 reasons.append(reason)
         return reasons
+
+
+def _key(value: Any) -> Any:
+    """What of an argument decides its binding: an array's shape, a scalar's value."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return value.shape
+    if isinstance(value, bool | int | float | str):
+        return (type(value).__name__, value)
+    if isinstance(value, np.generic):
+        return (type(value).__name__, value.item())
+    if arrays.kind(value) is not None:
+        return arrays.shape(value)
+    return type(value).__name__
 
 
 def _learn(dims: dict[str, int], text: str, size: int, kernel: KernelSpec,

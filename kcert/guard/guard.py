@@ -25,12 +25,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from kcert.attest.certificate import CertificateContents
 from kcert.attest.dsse import Envelope
 from kcert.certify.spec import BufferArg, Intent, KernelSpec
 from kcert.errors import KcertError
 from kcert.guard import arrays
-from kcert.guard.binding import BoundCall, CertifiedKernel
+from kcert.guard.binding import Adapter, BoundCall, CertifiedKernel
 from kcert.guard.check import Checker, Mismatch, Sample
 from kcert.guard.latency import Histogram, LatencyHistogram, Timer
 from kcert.guard.report import MAX_MISMATCHES, ListReporter, ObservationReport, Reporter
@@ -76,40 +78,53 @@ class Guard:
 
     def __init__(self, kernel: CertifiedKernel, *, sample_rate: float = 0.01,
                  queue_size: int = 64, seed: int | None = None,
-                 reporter: Reporter | None = None) -> None:  # fmt: skip
+                 reporter: Reporter | None = None,
+                 adapter: Adapter | None = None) -> None:  # fmt: skip
+        """``reporter`` belongs to the guard from now on: :meth:`close` closes it."""
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, got {queue_size}")
         self.kernel = kernel
+        self.adapter = adapter
         self.reporter: Reporter = reporter if reporter is not None else ListReporter()
         self.sampler = Sampler(sample_rate, seed=seed)
         self.checker = Checker(kernel, evidence_cap=self.reporter.max_evidence_bytes)
         self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()
         self._total, self._window = _Counts(), _Counts()
-        self._total_latency, self._window_latency = Histogram(), Histogram()
-        self._timer = Timer(self._window_latency, self._total_latency)
+        self._latency = Histogram()
+        self._timer = Timer(self._latency)
         self._mismatches: list[Mismatch] = []
         self._window_start = _now()
         self._closed = False
         self._inputs = [b for b in kernel.kernel.buffers if b.intent is not Intent.OUT]
+        self._buffers = [(b.name, b.intent is not Intent.OUT) for b in kernel.kernel.buffers]
+        self._outputs = kernel.kernel.outputs
         self._worker = threading.Thread(target=self._run, name="kcert-guard", daemon=True)
         self._worker.start()
 
     @classmethod
     def from_certificate(cls, certificate: str | Path | Envelope | CertificateContents,
-                         spec: str | Path | KernelSpec, *, kernel: str | None = None,
+                         spec: str | Path | KernelSpec, *,
+                         kernel: str | Adapter | None = None,
+                         key: str | Path | Ed25519PublicKey | None = None,
                          **options: Any) -> Guard:  # fmt: skip
         """A guard for ``certificate``'s kernel as ``spec`` describes it.
 
-        ``kernel`` names the ``[[kernel]]`` when the spec file holds several and the
-        certificate's name is not the one to pick (it is by default). ``options`` go
-        to :class:`Guard` (``sample_rate``, ``queue_size``, ``seed``, ``reporter``).
+        ``kernel`` is the adapter from the guarded callable's arguments to the spec's
+        (:mod:`kcert.guard.binding`; none: the callable takes the spec's arguments), or
+        a name that picks the ``[[kernel]]`` of a spec file (by default the one the
+        certificate names). With ``key`` (a public key or its file) the certificate's
+        signature must verify with it. ``options`` go to :class:`Guard` (``sample_rate``,
+        ``queue_size``, ``seed``, ``reporter``, ``adapter``).
         """
+        if callable(kernel):
+            options["adapter"] = kernel
+            kernel = None
         if kernel is not None and not isinstance(spec, KernelSpec):
             from kcert.certify.spec import load_spec
 
             spec = load_spec(Path(spec)).kernel(kernel)
-        return cls(CertifiedKernel.load(certificate, spec), **options)
+        return cls(CertifiedKernel.load(certificate, spec, key=key), **options)
 
     # ------------------------------------------------------------------ the caller's side
 
@@ -122,6 +137,8 @@ class Guard:
                 bound, sampled, gpu = self._before(args, kwargs)
             except Exception:  # the guard's failure is never the caller's
                 log.exception("kcert guard: could not look at a call")
+                with self._lock:
+                    self._total.errors += 1
                 return fn(*args, **kwargs)
             started = self._timer.start(gpu)
             result = fn(*args, **kwargs)
@@ -141,10 +158,10 @@ class Guard:
 
     def _before(self, args: tuple[Any, ...], kwargs: dict[str, Any],
                 ) -> tuple[BoundCall, dict[str, Any] | None, str | None]:  # fmt: skip
-        bound = self.kernel.bind(args, kwargs)
+        bound = self.kernel.bind(args, kwargs, adapter=self.adapter)
         values = bound.values
-        buffers = [(values[b.name], b.intent is not Intent.OUT) for b in self.kernel.kernel.buffers
-                   if arrays.kind(values.get(b.name)) is not None]  # fmt: skip
+        buffers = [(values[name], is_input) for name, is_input in self._buffers
+                   if arrays.kind(values.get(name)) is not None]  # fmt: skip
         decision = self.sampler.decide(arrays.features(buffers) if buffers else None)
         gpu = next((arrays.kind(v) for v, _ in buffers if arrays.on_gpu(v)), None)
         with self._lock:
@@ -160,7 +177,7 @@ class Guard:
 
     def _after(self, bound: BoundCall, inputs: dict[str, Any], result: Any) -> None:
         assert bound.launch is not None
-        outputs = _outputs(self.kernel.kernel.outputs, bound.values, result)
+        outputs = _outputs(self._outputs, bound.values, result)
         sample = Sample(_stamp(_now()), bound.dims, bound.launch, inputs, outputs, bound.reasons)
         with self._lock:
             self._total.sampled += 1
@@ -190,7 +207,7 @@ class Guard:
         with self._lock:
             t = self._total
             return GuardStats(t.seen, t.sampled, t.checked, t.mismatches, t.out_of_scope,
-                              t.dropped, t.outliers, t.errors, self._total_latency.snapshot())
+                              t.dropped, t.outliers, t.errors, self._latency.since_start())
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Send the last window and stop the worker (idempotent)."""
@@ -223,14 +240,18 @@ class Guard:
                 item = None
             if item is _STOP:
                 return
-            if isinstance(item, Sample):
-                self._check(item)
-            if isinstance(item, _Flush) or time.monotonic() >= next_cut or \
-                    len(self._mismatches) >= MAX_MISMATCHES:  # fmt: skip
-                self._cut(wait=isinstance(item, _Flush))
-                next_cut = time.monotonic() + interval
-            if isinstance(item, _Flush):
-                item.done.set()
+            try:
+                if isinstance(item, Sample):
+                    self._check(item)
+                if isinstance(item, _Flush) or time.monotonic() >= next_cut or \
+                        len(self._mismatches) >= MAX_MISMATCHES:  # fmt: skip
+                    self._cut(wait=isinstance(item, _Flush))
+                    next_cut = time.monotonic() + interval
+            except Exception:  # the worker must outlive any one failure
+                log.exception("kcert guard: the worker failed on one item")
+            finally:
+                if isinstance(item, _Flush):
+                    item.done.set()
 
     def _check(self, sample: Sample) -> None:
         try:
@@ -262,9 +283,12 @@ class Guard:
         end = _now()
         with self._lock:
             w, self._window = self._window, _Counts()
-            latency = self._window_latency.snapshot(reset=True)
+            latency = self._latency.snapshot(reset=True)
             mismatches, self._mismatches = self._mismatches, []
             start, self._window_start = self._window_start, end
+        if not w.seen and not mismatches:
+            self.reporter.flush()  # nothing new, but an earlier window may wait to be sent
+            return
         contents = self.kernel.contents
         report = ObservationReport(
             kernel=str(contents.source_digest), certificate=str(contents.id), start=_stamp(start),

@@ -46,23 +46,30 @@ class LatencyHistogram:
 
 
 class Histogram:
-    """A mutable histogram over :data:`BOUNDS_US`; thread-safe."""
+    """Counts over :data:`BOUNDS_US` for the current window and since the start; thread-safe."""
 
     def __init__(self) -> None:
-        self._counts = [0] * (len(BOUNDS_US) + 1)
+        self._window = [0] * (len(BOUNDS_US) + 1)
+        self._total = [0] * (len(BOUNDS_US) + 1)
         self._lock = threading.Lock()
 
     def add(self, microseconds: float) -> None:
         index = bisect.bisect_left(BOUNDS_US, microseconds)
         with self._lock:
-            self._counts[index] += 1
+            self._window[index] += 1
+            self._total[index] += 1
 
     def snapshot(self, *, reset: bool = False) -> LatencyHistogram:
+        """The current window (``reset``: and start a new one)."""
         with self._lock:
-            counts = tuple(self._counts)
+            counts = tuple(self._window)
             if reset:
-                self._counts = [0] * len(self._counts)
+                self._window = [0] * len(self._window)
         return LatencyHistogram(counts=counts)
+
+    def since_start(self) -> LatencyHistogram:
+        with self._lock:
+            return LatencyHistogram(counts=tuple(self._total))
 
 
 class _Events:
@@ -96,10 +103,10 @@ class _Events:
 
 
 class Timer:
-    """Times calls into ``histograms``; GPU timings are added once the device has passed them."""
+    """Times calls into ``histogram``; GPU timings are added once the device has passed them."""
 
-    def __init__(self, *histograms: Histogram) -> None:
-        self.histograms = histograms
+    def __init__(self, histogram: Histogram) -> None:
+        self.histogram = histogram
         self._pending: deque[_Events] = deque()
         self._lock = threading.Lock()
         self.dropped = 0
@@ -113,7 +120,7 @@ class Timer:
     def stop(self, started: _Events | int) -> None:
         """After the call: record its latency now (CPU) or when the device gets there (GPU)."""
         if isinstance(started, int):
-            self._add((time.perf_counter_ns() - started) / 1000.0)
+            self.histogram.add((time.perf_counter_ns() - started) / 1000.0)
             return
         started.stop()
         with self._lock:
@@ -135,8 +142,4 @@ class Timer:
                 self._pending.popleft()
             if wait:
                 head.end.synchronize()
-            self._add(head.microseconds())
-
-    def _add(self, microseconds: float) -> None:
-        for histogram in self.histograms:
-            histogram.add(microseconds)
+            self.histogram.add(head.microseconds())

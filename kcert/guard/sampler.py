@@ -84,17 +84,24 @@ class OutlierDetector:
 
     def observe(self, features: Sequence[float]) -> bool:
         """Fold ``features`` into the centroid; whether they were an outlier before that."""
-        values = [f if math.isfinite(f) else 0.0 for f in features]
-        if len(values) != len(self._mean):
-            self._mean, self._var, self._seen = list(values), [0.0] * len(values), 1
+        if len(features) != len(self._mean):
+            self._mean = [f if math.isfinite(f) else 0.0 for f in features]
+            self._var, self._seen = [0.0] * len(features), 1
             return False
-        flagged = self._seen >= self.warmup and self.distance(values) > self.threshold
-        a = self.alpha
-        for i, x in enumerate(values):
-            delta = x - self._mean[i]
-            self._mean[i] += a * delta
+        # one pass, no square roots: this runs on every call of the guarded kernel
+        a, floor, limit = self.alpha, self._floor, self.threshold * self.threshold
+        mean, var = self._mean, self._var
+        far = False
+        for i, x in enumerate(features):
+            if x != x or x in (math.inf, -math.inf):
+                x = 0.0
+            delta = x - mean[i]
+            v = var[i]
+            far = far or delta * delta > limit * (v if v > floor else floor)
+            mean[i] += a * delta
             # West's exponentially weighted variance: stays non-negative, no second pass
-            self._var[i] = (1 - a) * (self._var[i] + a * delta * delta)
+            var[i] = (1 - a) * (v + a * delta * delta)
+        flagged = far and self._seen >= self.warmup
         self._seen += 1
         return flagged
 

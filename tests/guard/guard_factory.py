@@ -36,8 +36,8 @@ def saxpy_spec() -> KernelSpec:
 
 
 def certificate_for(kernel: KernelSpec, scope: dict[str, tuple[int, int]], *,
-                    verdict: Status = Status.PASS,
-                    largest_elements: int | None = None) -> Envelope:  # fmt: skip
+                    verdict: Status = Status.PASS, largest_elements: int | None = None,
+                    key: Ed25519PrivateKey | None = None) -> Envelope:  # fmt: skip
     identity = KernelIdentity(
         name=kernel.name, entry=kernel.entry, language=kernel.language,
         source_name=kernel.code.main.name, source_digest=str(kernel.code.digest),
@@ -54,7 +54,7 @@ def certificate_for(kernel: KernelSpec, scope: dict[str, tuple[int, int]], *,
         shape_scope={name: {"listed": [low, high], "drawn": [], "min": low, "max": high,
                             "draw_up_to": high} for name, (low, high) in scope.items()},
         largest_elements=largest_elements)  # fmt: skip
-    return sign_report(report, Ed25519PrivateKey.generate())
+    return sign_report(report, key or Ed25519PrivateKey.generate())
 
 
 def saxpy(x_ptr: np.ndarray[Any, Any], y_ptr: np.ndarray[Any, Any], a: float = 2.5,

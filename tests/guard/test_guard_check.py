@@ -187,3 +187,74 @@ def test_threads_may_share_a_guard(make_guard: Callable[..., Guard]) -> None:
     assert stats.calls_seen == 100 and stats.mismatches == 0
     assert stats.calls_checked + stats.dropped == stats.calls_sampled
     assert stats.latency.total == 100
+
+
+def test_an_adapter_maps_another_signature_onto_the_spec(spec: KernelSpec) -> None:
+    row_sum = load_spec(spec.spec_path).kernel("row_sum")
+    certificate = certificate_for(row_sum, {"m": (1, 64), "n": (1, 2048)})
+
+    def sums(x: np.ndarray[Any, Any], *, off_by: float = 0.0) -> np.ndarray[Any, Any]:
+        return x.sum(axis=1) + np.float32(off_by)
+
+    with Guard.from_certificate(certificate, row_sum, kernel=lambda x, **_: {"x_ptr": x},
+                                sample_rate=1.0, seed=0) as guard:  # fmt: skip
+        wrapped = guard.wrap(sums)
+        x = np.random.default_rng(0).uniform(-1, 1, (8, 300)).astype(np.float32)
+        assert np.array_equal(wrapped(x), sums(x))
+        wrapped(x, off_by=0.5)
+        assert guard.flush(30)
+        stats = guard.stats()
+    assert (stats.calls_checked, stats.mismatches, stats.out_of_scope) == (2, 1, 0)
+
+
+def test_empty_windows_are_not_reported(make_guard: Callable[..., Guard]) -> None:
+    reporter = ListReporter()
+    guard = make_guard(sample_rate=1.0, seed=0, reporter=reporter)
+    assert guard.flush(30) and guard.flush(30)
+    assert reporter.reports == []
+    guard.wrap(saxpy)(*pair(10, 0))
+    assert guard.flush(30)
+    assert [r.calls_seen for r in reporter.reports] == [1]
+
+
+def test_shapes_out_of_scope_are_counted_for_every_call(
+    make_guard: Callable[..., Guard],
+) -> None:
+    guard = make_guard(sample_rate=0.0, seed=0)
+    wrapped = guard.wrap(saxpy)
+    wrapped(*pair(CERTIFIED_MAX + 1, 0))
+    wrapped(*pair(CERTIFIED_MAX, 1))
+    stats = guard.stats()
+    assert (stats.calls_seen, stats.out_of_scope, stats.calls_checked) == (2, 1, 0)
+
+
+def test_calls_that_do_not_fit_the_spec_pass_through(make_guard: Callable[..., Guard]) -> None:
+    guard = make_guard(sample_rate=1.0, seed=0)
+
+    @guard
+    def anything(*args: Any, **kwargs: Any) -> Any:
+        return args, kwargs
+
+    assert anything(1, "two", key=3) == ((1, "two"), {"key": 3})
+    x = np.zeros((4, 4), dtype=np.float32)  # two axes where the spec has one
+    assert anything(x, x)[0][0] is x
+    assert guard.flush(30)
+    stats = guard.stats()
+    assert (stats.calls_seen, stats.out_of_scope, stats.calls_checked, stats.check_errors) \
+        == (2, 2, 0, 0)  # fmt: skip
+
+
+def test_with_a_key_the_signature_must_verify(spec: KernelSpec, tmp_path: Any) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from kcert.attest.errors import VerificationError
+    from kcert.attest.keys import write_keypair
+
+    signer = Ed25519PrivateKey.generate()
+    certificate = certificate_for(spec, {"n": (1, 100)}, key=signer)
+    with Guard.from_certificate(certificate, spec, key=signer.public_key()) as guard:
+        assert guard.kernel.contents.id
+    other = tmp_path / "other"
+    write_keypair(other, passphrase=None)
+    with pytest.raises(VerificationError):
+        Guard.from_certificate(certificate, spec, key=tmp_path / "other.pub")

@@ -27,11 +27,13 @@ def test_values_land_in_the_first_bucket_whose_bound_holds_them() -> None:
     assert sum(counts) == 6
 
 
-def test_reset_starts_a_new_window() -> None:
+def test_reset_starts_a_new_window_and_keeps_the_total() -> None:
     h = Histogram()
     h.add(3.0)
     assert h.snapshot(reset=True).total == 1
-    assert h.snapshot().total == 0
+    h.add(30.0)
+    assert h.snapshot().counts == h.snapshot().counts and h.snapshot().total == 1
+    assert h.since_start().total == 2
 
 
 def test_every_call_is_timed_at_any_rate(make_guard: Callable[..., Guard]) -> None:

@@ -79,3 +79,11 @@ def test_guard_at_rate_zero_still_checks_the_outlier(make_guard: Callable[..., G
     stats = guard.stats()
     assert (stats.calls_seen, stats.calls_sampled, stats.outliers) == (31, 1, 1)
     assert stats.calls_checked == 1 and stats.mismatches == 0
+
+
+def test_features_survive_huge_and_non_finite_values() -> None:
+    x = np.full(1000, 3e38, dtype=np.float32)
+    x[::7] = np.nan
+    values = features([(x, True)])
+    assert all(np.isfinite(values))
+    assert values[-1] > 0.1  # the fraction of non-finite elements
