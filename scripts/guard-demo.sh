@@ -37,8 +37,8 @@ kcert target policy "$target" --on-mismatch suspend
 kcert promote --kernel "$kernel" --target "$target"
 kcert gate --kernel "$kernel" --target "$target"
 
-step "a token for the guard: observations:write only"
-guard_token=$(kcert token create --scope observations:write --json | json_field token)
+step "a token for the guard: observations:write, for this target only"
+guard_token=$(kcert token create --scope observations:write --target "$target" --json | json_field token)
 
 step "serve traffic through kcert.guard (Triton interpreter, torch CPU tensors)"
 TRITON_INTERPRET=1 GUARD_TOKEN="$guard_token" python3 - "$KCERT_HOME/saxpy_large.cert.json" "$spec" <<'PY'

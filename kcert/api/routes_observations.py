@@ -19,6 +19,7 @@ from kcert.registry.observation_models import (
     TargetPolicyPublic,
     TargetPolicyUpdate,
 )
+from kcert.registry.tokens import Principal
 
 router = APIRouter(prefix="/v1")
 
@@ -26,18 +27,24 @@ TargetPath = Annotated[str, Path(max_length=128, pattern=NAME_PATTERN)]
 KernelQuery = Annotated[str, Query(max_length=71, pattern=DIGEST_PATTERN)]
 Reader = Depends(require(Scope.GATE_READ))
 Writer = Depends(require(Scope.OBSERVATIONS_WRITE))
+#: The writer itself: a token may be bound to the targets it reports for.
+WriterDep = Annotated[Principal, Writer]
 #: The target (or a certificate) a body or query names does not exist.
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "No such target or certificate", "content": {PROBLEM_MEDIA_TYPE: {}}}
 }
 
 
-@router.post("/observations", status_code=status.HTTP_201_CREATED, dependencies=[Writer],
-             responses=_NOT_FOUND)  # fmt: skip
+@router.post("/observations", status_code=status.HTTP_201_CREATED, responses=_NOT_FOUND)
 def post_observations(
-    body: ObservationBatch, session: SessionDep, settings: SettingsDep
+    body: ObservationBatch, session: SessionDep, settings: SettingsDep, writer: WriterDep
 ) -> ObservationsAccepted:
-    """Runtime reports of ``kcert.guard``; each mismatch is logged, and may suspend."""
+    """Runtime reports of ``kcert.guard``; each mismatch is logged, and may suspend.
+
+    Every report's target must be one the token may report for (403, nothing written).
+    """
+    for report in body.reports:
+        writer.require_target(report.target)
     return observations.record_observations(
         session=session, batch=body, max_evidence_bytes=settings.observation_evidence_max
     )
@@ -71,10 +78,10 @@ def put_policy(
     return observations.set_target_policy(session=session, target=name, update=body)
 
 
-@router.post("/perf", status_code=status.HTTP_201_CREATED, dependencies=[Writer],
-             responses=_NOT_FOUND)  # fmt: skip
-def post_perf(body: PerfIngest, session: SessionDep) -> PerfIngested:
-    """Latency samples of a kernel on a target (from a trace)."""
+@router.post("/perf", status_code=status.HTTP_201_CREATED, responses=_NOT_FOUND)
+def post_perf(body: PerfIngest, session: SessionDep, writer: WriterDep) -> PerfIngested:
+    """Latency samples of a kernel on a target (from a trace); the token must cover the target."""
+    writer.require_target(body.target)
     return perf.ingest_samples(session=session, ingest=body)
 
 

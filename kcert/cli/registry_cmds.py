@@ -283,14 +283,25 @@ def token_create_command(
     expires_in: Annotated[
         int | None, typer.Option("--expires-in", help="Lifetime in seconds.")
     ] = None,
+    targets: Annotated[
+        list[str] | None,
+        typer.Option("--target", help="A target this observations:write token may report "
+                     "for (repeat). Required for that scope unless --all-targets."),
+    ] = None,
+    all_targets: Annotated[
+        bool, typer.Option("--all-targets", help="Let an observations:write token report for "
+                           "every target (say it explicitly: any target's promotion could be "
+                           "suspended with it).")
+    ] = False,
     registry: RegistryOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Make an API token. It is shown once: only its hash is kept."""
     try:
         request = ApiTokenCreate.model_validate(
-            {"scopes": scopes, "description": description, "expires_in": expires_in}
-        )
+            {"scopes": scopes, "description": description, "expires_in": expires_in,
+             "targets": targets or None, "all_targets": all_targets}
+        )  # fmt: skip
     except ValidationError as exc:
         raise UsageError(f"cannot make this token: {_first_error(exc)}") from exc
     with _registry(registry) as reg:
@@ -299,7 +310,8 @@ def token_create_command(
         emit_json(_dump(created))
         return
     out_console.print(created.token, markup=False)
-    err_console.print(f"token {created.id} with scopes {', '.join(created.scopes)}; "
+    bound = f" for targets {', '.join(created.targets)}" if created.targets else ""
+    err_console.print(f"token {created.id} with scopes {', '.join(created.scopes)}{bound}; "
                       "it is not shown again")  # fmt: skip
 
 

@@ -62,11 +62,14 @@ class Forbidden(RegistryError):
 
     kind = "forbidden"
 
-    def __init__(self, message: str, *, needed: str) -> None:
+    def __init__(self, message: str, *, needed: str, target: str | None = None) -> None:
         super().__init__(message)
         self.needed = needed
+        self.target = target
 
     def extensions(self) -> dict[str, Any]:
+        if self.target is not None:  # the scope is there, but not for this target
+            return {"scope": self.needed, "target": self.target}
         return {"scope": self.needed}
 
 

@@ -20,6 +20,7 @@ from pydantic import (
     Strict,
     StringConstraints,
     field_validator,
+    model_validator,
 )
 from pydantic import Field as PydanticField
 from sqlalchemy import JSON, DateTime, Index, Text, UniqueConstraint, false
@@ -441,6 +442,26 @@ class ApiTokenCreate(ApiTokenBase):
     expires_in: Annotated[int, Strict()] | None = Field(
         default=None, gt=0, le=10 * 365 * 24 * 3600
     )
+    #: The targets this token may report for (``observations:write``: guard reports and
+    #: perf samples). An ``observations:write`` token needs a list, or ``all_targets``.
+    targets: list[Annotated[str, StringConstraints(pattern=NAME_PATTERN)]] | None = Field(
+        default=None, min_length=1, max_length=64
+    )
+    #: Say so to make an ``observations:write`` token that may report for every target.
+    all_targets: Annotated[bool, Strict()] = False
+
+    @model_validator(mode="after")
+    def _targets_bound(self) -> ApiTokenCreate:
+        writes = Scope.OBSERVATIONS_WRITE in self.scopes
+        if self.targets is not None and self.all_targets:
+            raise ValueError("give either targets or all_targets, not both")
+        if self.targets is not None and not writes:
+            raise ValueError("targets bind only the observations:write scope; this token "
+                             "does not have it")  # fmt: skip
+        if writes and self.targets is None and not self.all_targets:
+            raise ValueError("an observations:write token must name the targets it reports "
+                             "for (targets), or say all_targets explicitly")  # fmt: skip
+        return self
 
 
 class ApiToken(ApiTokenBase, table=True):
@@ -450,6 +471,8 @@ class ApiToken(ApiTokenBase, table=True):
     #: SHA-256 (hex) of the token; the token itself is never stored.
     token_hash: str = Field(max_length=64, unique=True, index=True)
     scopes: list[str] = Field(default_factory=list, sa_type=JSON)
+    #: The targets it may report for; None: every target (see :class:`ApiTokenCreate`).
+    targets: list[str] | None = Field(default=None, sa_type=JSON)
     created_at: datetime = _when()
     expires_at: datetime | None = _maybe_when()
     revoked_at: datetime | None = _maybe_when()
@@ -458,6 +481,8 @@ class ApiToken(ApiTokenBase, table=True):
 class ApiTokenPublic(ApiTokenBase):
     id: str
     scopes: list[Scope]
+    #: The targets it may report for (``observations:write``); None: every target.
+    targets: list[str] | None = None
     created_at: datetime
     expires_at: datetime | None = None
     #: Set once the token is revoked (``DELETE /v1/tokens/{id}``).

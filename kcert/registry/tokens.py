@@ -46,11 +46,21 @@ class Principal:
 
     id: str
     scopes: frozenset[Scope]
+    #: The targets it may report for; None: every target (admin, or made with all_targets).
+    targets: frozenset[str] | None = None
 
     def require(self, scope: Scope) -> None:
         if Scope.ADMIN in self.scopes or scope in self.scopes:
             return
         raise Forbidden(f"this token lacks the scope {scope.value!r}", needed=scope.value)
+
+    def require_target(self, target: str) -> None:
+        """Refuse a report for ``target`` from a token bound to other targets."""
+        if self.targets is None or Scope.ADMIN in self.scopes or target in self.targets:
+            return
+        raise Forbidden(f"this token may not report for target {target!r} (it was made for "
+                        f"{', '.join(sorted(self.targets))})",
+                        needed=Scope.OBSERVATIONS_WRITE.value, target=target)  # fmt: skip
 
 
 ADMIN = Principal(id=ADMIN_PRINCIPAL, scopes=frozenset({Scope.ADMIN}))
@@ -68,6 +78,7 @@ def create_token(*, session: Session, request: ApiTokenCreate) -> ApiTokenCreate
         id="tok_" + secrets.token_hex(8),
         token_hash=hash_token(secret),
         scopes=sorted({s.value for s in request.scopes}),
+        targets=sorted(set(request.targets)) if request.targets is not None else None,
         description=request.description,
         created_at=now,
         expires_at=now + timedelta(seconds=request.expires_in) if request.expires_in else None,
@@ -79,6 +90,7 @@ def create_token(*, session: Session, request: ApiTokenCreate) -> ApiTokenCreate
         {
             "token_id": row.id,
             "scopes": row.scopes,
+            "targets": row.targets,
             "expires_at": row.expires_at.isoformat() if row.expires_at else None,
         },
     )
@@ -86,6 +98,7 @@ def create_token(*, session: Session, request: ApiTokenCreate) -> ApiTokenCreate
     return ApiTokenCreated(
         id=row.id,
         scopes=[Scope(s) for s in row.scopes],
+        targets=row.targets,
         description=row.description,
         created_at=now,
         expires_at=row.expires_at,
@@ -115,6 +128,7 @@ def token_public(row: ApiToken) -> ApiTokenPublic:
     return ApiTokenPublic(
         id=row.id,
         scopes=[Scope(s) for s in row.scopes],
+        targets=row.targets,
         description=row.description,
         created_at=as_utc(row.created_at),
         expires_at=as_utc(row.expires_at) if row.expires_at else None,
@@ -138,6 +152,7 @@ class TokenRecord:
     scopes: tuple[str, ...]
     expires_at: datetime | None
     revoked_at: datetime | None
+    targets: tuple[str, ...] | None = None
 
 
 def principal_of(
@@ -152,7 +167,9 @@ def principal_of(
         raise Unauthenticated("this token was revoked")
     if record.expires_at is not None and as_utc(record.expires_at) <= now:
         raise Unauthenticated("this token has expired; ask an admin for a new one")
-    return Principal(id=record.id, scopes=frozenset(Scope(s) for s in record.scopes))
+    targets = frozenset(record.targets) if record.targets is not None else None
+    return Principal(id=record.id, scopes=frozenset(Scope(s) for s in record.scopes),
+                     targets=targets)  # fmt: skip
 
 
 def authenticate(*, session: Session, token: str | None, admin_token: str | None) -> Principal:
@@ -165,6 +182,7 @@ def authenticate(*, session: Session, token: str | None, admin_token: str | None
     record = None
     if row is not None:
         record = TokenRecord(
-            row.id, row.token_hash, tuple(row.scopes), row.expires_at, row.revoked_at
+            row.id, row.token_hash, tuple(row.scopes), row.expires_at, row.revoked_at,
+            tuple(row.targets) if row.targets is not None else None,
         )
     return principal_of(presented, admin_hash, record, now=utcnow())

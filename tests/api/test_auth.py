@@ -53,6 +53,8 @@ PROTECTED: list[tuple[str, str, dict[str, Any], str]] = [
 
 
 def make_token(client: TestClient, admin: dict[str, str], *scopes: str, **extra: Any) -> str:
+    if "observations:write" in scopes and "targets" not in extra:
+        extra = {"all_targets": True, **extra}  # these tests are about scopes, not targets
     response = client.post("/v1/tokens", json={"scopes": list(scopes), **extra}, headers=admin)
     assert response.status_code == 201, response.text
     token: str = response.json()["token"]

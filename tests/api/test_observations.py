@@ -33,7 +33,10 @@ def _auth(token: str) -> dict[str, str]:
 
 
 def _token(client: TestClient, admin: dict[str, str], *scopes: str) -> dict[str, str]:
-    made = client.post("/v1/tokens", json={"scopes": list(scopes)}, headers=admin)
+    body: dict[str, Any] = {"scopes": list(scopes)}
+    if "observations:write" in scopes:
+        body["targets"] = [TARGET]
+    made = client.post("/v1/tokens", json=body, headers=admin)
     assert made.status_code == 201, made.text
     return _auth(made.json()["token"])
 
@@ -214,13 +217,17 @@ def test_unknown_objects_and_unpromoted_kernels_are_refused(
     assert_problem(client.post("/v1/observations", json=batch, headers=guard), 422,
                    "invalid-input")  # fmt: skip
     for key, value, status, kind in (
-        ("target", "nowhere", 404, "not-found"),
+        # A token bound to prod-a learns nothing about other targets, known or not.
+        ("target", "nowhere", 403, "forbidden"),
         ("certificate", "sha256:" + "1" * 64, 404, "not-found"),
         ("kernel", "sha256:" + "2" * 64, 422, "invalid-input"),
     ):
         b = copy.deepcopy(batch)
         b["reports"][0][key] = value
         assert_problem(client.post("/v1/observations", json=b, headers=guard), status, kind)
+    b = copy.deepcopy(batch)
+    b["reports"][0]["target"] = "nowhere"
+    assert_problem(client.post("/v1/observations", json=b, headers=admin), 404, "not-found")
     other = make_certificate(signing_key)  # a certificate of another kernel
     assert client.post("/v1/certificates", json=other.envelope.to_json(),
                        headers=admin).status_code == 201  # fmt: skip

@@ -148,3 +148,20 @@ def test_a_p99_regression_denies_the_promotion_and_replays(
                 old).exit_code == 0  # fmt: skip
     state = _run("audit", "replay", "--all", "--allow-unverified", "--json")
     assert state.exit_code == 0, state.output
+
+
+def test_token_create_binds_an_observations_token_to_its_targets(
+    registry: EmbeddedRegistry,
+) -> None:
+    unbound = _run("token", "create", "--scope", "observations:write")
+    assert unbound.exit_code == 2
+    assert unbound.stdout == "" and "targets" in unbound.output  # no token was shown
+    made = _run("token", "create", "--scope", "observations:write", "--target", TARGET,
+                "--target", "prod-b", "--json")  # fmt: skip
+    assert made.exit_code == 0, made.output
+    assert json.loads(made.stdout)["targets"] == [TARGET, "prod-b"]
+    every = _run("token", "create", "--scope", "observations:write", "--all-targets", "--json")
+    assert every.exit_code == 0 and json.loads(every.stdout)["targets"] is None
+    both = _run("token", "create", "--scope", "observations:write", "--all-targets",
+                "--target", TARGET)  # fmt: skip
+    assert both.exit_code == 2 and "Traceback" not in both.output

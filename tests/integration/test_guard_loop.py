@@ -137,7 +137,8 @@ def test_a_runtime_mismatch_suspends_the_promotion_and_the_log_replays(
     kcert("target", "policy", TARGET, "--on-mismatch", "suspend")
     kcert("promote", "--kernel", kernel, "--target", TARGET)
     kcert("gate", "--kernel", kernel, "--target", TARGET)
-    made = json.loads(kcert("token", "create", "--scope", "observations:write", "--json").stdout)
+    made = json.loads(kcert("token", "create", "--scope", "observations:write",
+                                 "--target", TARGET, "--json").stdout)
 
     reporter = HttpReporter(server, made["token"], TARGET, flush_every_s=3600, backoff_s=0.0)
     guard = Guard.from_certificate(certified["path"], SPEC, sample_rate=1.0, seed=0,

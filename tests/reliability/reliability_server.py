@@ -108,6 +108,8 @@ class RegistryServer:
 
     def token(self, *scopes: str, expires_in: int | None = None) -> str:
         body: dict[str, object] = {"scopes": list(scopes)}
+        if "observations:write" in scopes:
+            body["all_targets"] = True
         if expires_in is not None:
             body["expires_in"] = expires_in
         with self.client() as c:
