@@ -169,7 +169,9 @@ class Guard:
                 counts.seen += 1
                 counts.out_of_scope += bool(bound.reasons)
                 counts.outliers += decision.outlier
-        if not decision.sampled or bound.launch is None:
+        # A call outside the certified scope is checked whatever the rate: the certificate
+        # says nothing about it, so only the check can.
+        if not (decision.sampled or bound.reasons) or bound.launch is None:
             return bound, None, gpu
         copies = {b.name: arrays.snapshot(values[b.name]) for b in self._inputs
                   if arrays.kind(values.get(b.name)) is not None}  # fmt: skip

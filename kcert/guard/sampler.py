@@ -22,7 +22,17 @@ by it; the fixed-rate sample still reaches those calls.
 
 Each variance has a floor (:data:`MIN_STD` squared), so that after a warm-up of
 identical shapes (variance zero) an off-by-one extent is not an outlier while a
-doubling is. Nothing is flagged during the first ``warmup`` calls, and every
+doubling is.
+
+The z-test alone misses a jump out of *varied* traffic: calls of 256 to 4096
+elements (log2 8 to 12, drawn evenly) give a running standard deviation near
+1.2, so a call of 20000 (log2 14.3, 4.9× the largest seen) is only 3.7σ from
+the centroid. So a second rule flags a feature more than :data:`RANGE_MARGIN`
+beyond the lowest or highest value seen since the layout began: for a size
+that is half the smallest or twice the largest extent ever seen. The range
+only widens, so a new extreme is flagged once and is then part of the range.
+
+Nothing is flagged during the first ``warmup`` calls, and every
 call, flagged or not, then moves the centroid: a shift in the traffic is
 flagged while it is new and becomes normal as it persists.
 """
@@ -37,6 +47,8 @@ from dataclasses import dataclass
 
 #: A feature's standard deviation is at least this (in its own units: log2 for sizes).
 MIN_STD = 0.25
+#: How far (in a feature's units; log2 for sizes) beyond every value seen is an outlier.
+RANGE_MARGIN = 1.0
 #: Weight of a new call in the running centroid and variance.
 ALPHA = 0.05
 WARMUP = 16
@@ -63,13 +75,17 @@ class OutlierDetector:
     """
 
     def __init__(self, *, alpha: float = ALPHA, warmup: int = WARMUP,
-                 threshold: float = THRESHOLD, min_std: float = MIN_STD) -> None:  # fmt: skip
+                 threshold: float = THRESHOLD, min_std: float = MIN_STD,
+                 range_margin: float = RANGE_MARGIN) -> None:  # fmt: skip
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         self.alpha, self.warmup, self.threshold = alpha, warmup, threshold
+        self.range_margin = range_margin
         self._floor = min_std * min_std
         self._mean: list[float] = []
         self._var: list[float] = []
+        self._low: list[float] = []
+        self._high: list[float] = []
         self._seen = 0
 
     def distance(self, features: Sequence[float]) -> float:
@@ -87,10 +103,12 @@ class OutlierDetector:
         if len(features) != len(self._mean):
             self._mean = [f if math.isfinite(f) else 0.0 for f in features]
             self._var, self._seen = [0.0] * len(features), 1
+            self._low, self._high = list(self._mean), list(self._mean)
             return False
         # one pass, no square roots: this runs on every call of the guarded kernel
         a, floor, limit = self.alpha, self._floor, self.threshold * self.threshold
-        mean, var = self._mean, self._var
+        mean, var, low, high, margin = self._mean, self._var, self._low, self._high, \
+            self.range_margin  # fmt: skip
         far = False
         for i, x in enumerate(features):
             if x != x or x in (math.inf, -math.inf):
@@ -98,6 +116,12 @@ class OutlierDetector:
             delta = x - mean[i]
             v = var[i]
             far = far or delta * delta > limit * (v if v > floor else floor)
+            if x > high[i]:
+                far = far or x > high[i] + margin
+                high[i] = x
+            elif x < low[i]:
+                far = far or x < low[i] - margin
+                low[i] = x
             mean[i] += a * delta
             # West's exponentially weighted variance: stays non-negative, no second pass
             var[i] = (1 - a) * (v + a * delta * delta)

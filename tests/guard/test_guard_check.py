@@ -217,15 +217,18 @@ def test_empty_windows_are_not_reported(make_guard: Callable[..., Guard]) -> Non
     assert [r.calls_seen for r in reporter.reports] == [1]
 
 
-def test_shapes_out_of_scope_are_counted_for_every_call(
+def test_shapes_out_of_scope_are_always_checked_whatever_the_rate(
     make_guard: Callable[..., Guard],
 ) -> None:
     guard = make_guard(sample_rate=0.0, seed=0)
-    wrapped = guard.wrap(saxpy)
-    wrapped(*pair(CERTIFIED_MAX + 1, 0))
-    wrapped(*pair(CERTIFIED_MAX, 1))
+    wrapped = guard.wrap(saxpy_wrong_when_large)
+    for seed in range(5):
+        wrapped(*pair(CERTIFIED_MAX, seed))  # in scope, rate 0: never checked
+    wrapped(*pair(CERTIFIED_MAX + 1, 9))  # outside it: checked, and wrong
+    assert guard.flush(30)
     stats = guard.stats()
-    assert (stats.calls_seen, stats.out_of_scope, stats.calls_checked) == (2, 1, 0)
+    assert (stats.calls_seen, stats.out_of_scope, stats.calls_sampled) == (6, 1, 1)
+    assert (stats.calls_checked, stats.mismatches) == (1, 1)
 
 
 def test_calls_that_do_not_fit_the_spec_pass_through(make_guard: Callable[..., Guard]) -> None:

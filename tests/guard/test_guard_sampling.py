@@ -54,6 +54,23 @@ def test_detector_flags_a_ten_times_larger_input_after_warm_up() -> None:
     assert not detector.observe(features([(x, True), (y, True)]))
 
 
+def test_detector_flags_a_five_times_jump_out_of_varied_sizes() -> None:
+    # 60 calls of 256 to 4096 elements, even in log2: the running sigma of log2(n) is
+    # about 1.2, so 20000 is under 4 sigma from the centroid; the range rule flags it.
+    detector = OutlierDetector()
+    rng = np.random.default_rng(5)
+    flagged = []
+    for seed in range(60):
+        x, y = pair(int(2 ** rng.uniform(8, 12)), seed)
+        flagged.append(detector.observe(features([(x, True), (y, True)])))
+    assert not any(flagged)
+    big = features([(v, True) for v in pair(20000, 99)])
+    assert detector.distance(big) < detector.threshold  # what the z-test alone would miss
+    assert detector.observe(big)
+    assert not detector.observe(features([(v, True) for v in pair(20000, 100)]))  # now known
+    assert not detector.observe(features([(v, True) for v in pair(1000, 101)]))
+
+
 def test_detector_flags_values_ten_times_larger_in_the_same_shape() -> None:
     detector = OutlierDetector()
     for seed in range(40):
