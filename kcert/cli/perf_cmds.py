@@ -136,7 +136,7 @@ def policy_command(
     ] = "record",
     max_p99: Annotated[
         float | None,
-        typer.Option("--max-p99-regression-pct", min=0, help="Deny a promotion (--replaces) "
+        typer.Option("--max-p99-regression-pct", min=0, help="Deny a promotion "
                      "whose canary p99 is this much slower than the kernel it replaces."),
     ] = None,
     min_samples: Annotated[

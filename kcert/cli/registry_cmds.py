@@ -152,8 +152,9 @@ def promote_command(
     registry: RegistryOption = None,
     replaces: Annotated[
         str | None,
-        typer.Option("--replaces", help="The kernel this one replaces on the target: the "
-                     "target's p99 policy holds the canary's latency against it."),
+        typer.Option("--replaces", help="The kernel this one replaces on the target (default: "
+                     "the target's active kernel of the same name): the target's p99 policy "
+                     "holds the canary's latency against it."),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:  # fmt: skip

@@ -271,8 +271,9 @@ def promote(
 ) -> PromotionPublic:
     """Grant (and record) a promotion, or record the denial and raise :class:`PromotionDenied`.
 
-    ``replaces`` names the kernel this one replaces on ``target``: with a latency limit in
-    the target's policy, the canary's p99 is held against it (policy ``kcert-promotion/3``).
+    ``replaces`` names the kernel this one replaces on ``target`` (by default the target's
+    active kernel of the same name): with a latency limit in the target's policy, the
+    canary's p99 is held against it (policy ``kcert-promotion/3``).
     """
     kernel_id = str(kernel)
     target_row = lock_target(session, target)
@@ -280,12 +281,17 @@ def promote(
         session, kernel=kernel_id, target_name=target, target=TargetState.of(target_row),
         full_key_set=True,
     )  # fmt: skip
-    if replaces is not None:
-        if str(replaces) == kernel_id:
-            raise InvalidInput("a kernel does not replace itself (--replaces)")
-        from kcert.registry.perf import latency_inputs
+    if replaces is not None and str(replaces) == kernel_id:
+        raise InvalidInput("a kernel does not replace itself (--replaces)")
+    from kcert.registry.perf import implied_replaces, latency_inputs
 
-        latency = latency_inputs(session, target=target, kernel=kernel_id, replaces=str(replaces))
+    # Without --replaces the target's active kernel of that name is the yardstick, so a
+    # latency limit cannot be skipped by leaving the flag out; the leaf records which.
+    old = str(replaces) if replaces is not None else implied_replaces(
+        session, target=target, kernel=kernel_id)  # fmt: skip
+    if old is not None:
+        latency = latency_inputs(session, target=target, kernel=kernel_id, replaces=old,
+                                 implied=replaces is None)  # fmt: skip
         inputs = replace(inputs, latency=latency)
     decision = decide_promotion(inputs)
     kind = audit.PROMOTION_GRANTED if decision.allow else audit.PROMOTION_DENIED

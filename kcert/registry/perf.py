@@ -23,7 +23,7 @@ from sqlmodel import Session, col, select
 
 from kcert.digest import Digest
 from kcert.registry.errors import InvalidInput, NotFound
-from kcert.registry.models import Target
+from kcert.registry.models import Certificate, Promotion, PromotionStatus, Target
 from kcert.registry.observation_models import (
     LatencyHistogramRow,
     LatencySample,
@@ -181,8 +181,26 @@ def compare(*, session: Session, target: str, before: str, after: str, seed: int
     )  # fmt: skip
 
 
+def implied_replaces(session: Session, *, target: str, kernel: str) -> str | None:
+    """The kernel a promotion that names none replaces: the target's active promotion of a
+    kernel of the same name (the certificates' ``kernel_name``), the latest granted.
+
+    By name, because one target runs many kernels: without it a saxpy would be held to a
+    matmul's p99. None when the target runs no other kernel of that name.
+    """
+    names = select(Certificate.kernel_name).where(Certificate.source_digest == kernel)
+    row = session.exec(
+        select(Promotion.kernel)
+        .join(Certificate, col(Certificate.id) == col(Promotion.certificate_id))
+        .where(Promotion.target_name == target, Promotion.status == PromotionStatus.ACTIVE,
+               Promotion.kernel != kernel, col(Certificate.kernel_name).in_(names))
+        .order_by(col(Promotion.granted_at).desc(), col(Promotion.id).desc())
+    ).first()  # fmt: skip
+    return str(row) if row is not None else None
+
+
 def latency_inputs(
-    session: Session, *, target: str, kernel: str, replaces: str
+    session: Session, *, target: str, kernel: str, replaces: str, implied: bool = False
 ) -> LatencyInputs | None:
     """The latency half of a promotion's inputs, when the target's policy sets a limit."""
     policy = session.get(TargetPolicy, target)
@@ -195,7 +213,8 @@ def latency_inputs(
         return float(np.percentile(v, 99.0)) if v.size else None
 
     return LatencyInputs(
-        replaces=replaces, max_p99_regression_pct=policy.max_p99_regression_pct,
+        replaces=replaces, replaces_from="active promotion" if implied else "request",
+        max_p99_regression_pct=policy.max_p99_regression_pct,
         min_samples=policy.min_samples, before_p99_us=p99(before),
         before_samples=int(before.size), after_p99_us=p99(after), after_samples=int(after.size),
     )  # fmt: skip

@@ -123,13 +123,16 @@ class LatencyInputs:
     before_samples: int
     after_p99_us: float | None
     after_samples: int
+    #: Who named ``replaces``: the request (``--replaces``) or, when it named none, the
+    #: target's active promotion of a kernel of the same name.
+    replaces_from: str = "request"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "replaces": self.replaces, "max_p99_regression_pct": self.max_p99_regression_pct,
             "min_samples": self.min_samples, "before_p99_us": self.before_p99_us,
             "before_samples": self.before_samples, "after_p99_us": self.after_p99_us,
-            "after_samples": self.after_samples,
+            "after_samples": self.after_samples, "replaces_from": self.replaces_from,
         }  # fmt: skip
 
     @classmethod
@@ -150,7 +153,14 @@ class LatencyInputs:
             min_samples=int(data["min_samples"]), before_p99_us=number("before_p99_us"),
             before_samples=int(data["before_samples"]), after_p99_us=number("after_p99_us"),
             after_samples=int(data["after_samples"]),
+            replaces_from=str(data.get("replaces_from", "request")),
         )  # fmt: skip
+
+
+def _implied(latency: LatencyInputs) -> str:
+    if latency.replaces_from == "request":
+        return ""
+    return f", the target's {latency.replaces_from} of that name"
 
 
 def latency_reasons(latency: LatencyInputs) -> tuple[str, ...]:
@@ -172,7 +182,7 @@ def latency_reasons(latency: LatencyInputs) -> tuple[str, ...]:
     if change > latency.max_p99_regression_pct:
         return (
             f"{P99_REGRESSION}: p99 {latency.after_p99_us:.6g} us vs {latency.before_p99_us:.6g} "
-            f"us of {latency.replaces} (+{change:.1f}%, the policy allows "
+            f"us of {latency.replaces}{_implied(latency)} (+{change:.1f}%, the policy allows "
             f"{latency.max_p99_regression_pct:g}%)",
         )
     return ()

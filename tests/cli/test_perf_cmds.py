@@ -138,12 +138,23 @@ def test_a_p99_regression_denies_the_promotion_and_replays(
     replay = _run("audit", "replay", str(body["log_index"]), "--json")
     assert replay.exit_code == 0, replay.output
     assert json.loads(replay.stdout)["same"] is True
-    # Without --replaces there is nothing to compare against: certificates alone decide.
-    assert _run("promote", "--kernel", new, "--target", TARGET).exit_code == 0
-    # A faster kernel passes the policy.
+    # The first kernel of its name on the target: nothing to compare against.
+    first = _run("promote", "--kernel", old, "--target", TARGET, "--json")
+    assert first.exit_code == 0, first.output
+    # Leaving out --replaces does not skip the limit: the active kernel of that name is
+    # the yardstick, and the leaf says so.
+    implied = _run("promote", "--kernel", new, "--target", TARGET, "--json")
+    assert implied.exit_code == 1, implied.output
+    body = json.loads(implied.stdout)
+    assert any(r.startswith("p99-regression: p99") and f"{old}, the target's active "
+               "promotion of that name" in r for r in body["reasons"]), body
+    leaf = _run("audit", "replay", str(body["log_index"]), "--json")
+    assert leaf.exit_code == 0 and json.loads(leaf.stdout)["same"] is True
+    # A faster kernel passes the policy, named or implied.
     faster = _certified(registry, key)
     path = _samples(tmp_path / "faster.jsonl", 90.0, 50)
     assert _run("perf", "ingest", str(path), "--target", TARGET, "--kernel", faster).exit_code == 0
+    assert _run("promote", "--kernel", faster, "--target", TARGET).exit_code == 0
     assert _run("promote", "--kernel", faster, "--target", TARGET, "--replaces",
                 old).exit_code == 0  # fmt: skip
     state = _run("audit", "replay", "--all", "--allow-unverified", "--json")
