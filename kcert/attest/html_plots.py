@@ -113,6 +113,10 @@ def _text(x: float, y: float, body: str, *, anchor: str = "middle", cls: str = "
             f"{escape(body)}</text>")  # fmt: skip
 
 
+#: SVG text in the plots' style, for the other pages' plots.
+text = _text
+
+
 def vector_plot(extent: Sequence[int], bins: Sequence[int], levels: Sequence[int],
                 title: str) -> str:  # fmt: skip
     """Bars of each bin's largest err/allowed on a log axis, over the flattened index."""

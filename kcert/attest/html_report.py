@@ -74,6 +74,9 @@ svg .cell-mark.on-dark { fill: #fff; }
             margin-right: 4px; border: 1px solid #aab2bb; }
 """
 
+#: For the other self-contained pages (``kcert perf compare --html``): one look, one policy.
+PAGE_CSP, PAGE_CSS = _CSP, _CSS
+
 
 def render_html(contents: CertificateContents, *, keyid: str | None) -> str:
     """The page for a certificate; ``keyid`` names the key its signature verified against,

@@ -782,13 +782,18 @@ def _recheck_mismatch(
         raise UsageError(f"the registry did not serve the evidence of entry {leaf.index} "
                          "(set KCERT_TOKEN to a token with gate:read)")  # fmt: skip
     arrays, notes = served_arrays(served, mismatch["evidence"])
+    outputs = None
+    if isinstance(mismatch.get("outputs_evidence"), dict):
+        # Held against the manifest the leaf logged, like the inputs.
+        outputs, more = served_arrays(served, mismatch["outputs_evidence"], key="outputs")
+        notes += more
     kernel = resolve_kernel(spec, kernel_name)
     if str(kernel.code.digest) != leaf.payload.get("kernel"):
         raise UsageError(f"{kernel.source} is not the kernel of entry {leaf.index} "
                          f"({leaf.payload.get('kernel')})")  # fmt: skip
-    result = recheck(kernel, mismatch, arrays)
-    return {"same": not notes and result.reproduced is not False,
-            "reproduced": result.reproduced, "notes": [*notes, *result.notes]}  # fmt: skip
+    result = recheck(kernel, mismatch, arrays, outputs)
+    return {"same": not notes and result.reproduced is not False and result.same_error
+            is not False, **result.to_json(), "notes": [*notes, *result.notes]}  # fmt: skip
 
 
 def _show_replay(result: dict[str, Any]) -> None:

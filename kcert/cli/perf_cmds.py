@@ -87,6 +87,11 @@ def compare_command(
     resamples: Annotated[
         int, typer.Option("--resamples", min=10, max=10_000, help="Bootstrap rounds.")
     ] = 1000,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", help="Also write a self-contained page: both latency CDFs on a "
+                     "log axis with p50/p95/p99 and their intervals."),
+    ] = None,
     registry: RegistryOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -94,6 +99,14 @@ def compare_command(
     with _registry(registry) as reg:
         result = reg.compare_perf(target=target, before=_kernel(before), after=_kernel(after),
                                   seed=seed, resamples=resamples)  # fmt: skip
+    if html is not None:
+        from kcert.registry.perf_html import render_perf_html
+
+        try:
+            html.write_text(render_perf_html(result), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {html}: {exc.strerror or exc}") from exc
+        err_console.print(f"wrote {html}", markup=False)
     if as_json:
         emit_json(_dump(result))
         return

@@ -28,7 +28,7 @@ from kcert.certify.anchors import anchor, canonical_array
 from kcert.certify.checks import compare
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.reference import Reference
-from kcert.certify.spec import Launch
+from kcert.certify.spec import KernelSpec, Launch
 from kcert.certify.tolerance import allowances
 from kcert.guard import arrays
 from kcert.guard.binding import CertifiedKernel
@@ -61,6 +61,61 @@ class Mismatch:
     reasons: tuple[str, ...]
     #: The inputs (as the kernel got them), or None when they exceed the evidence cap.
     evidence: Mapping[str, np.ndarray[Any, Any]] | None
+    #: The kernel's outputs, when they fit the cap beside the inputs: with them an
+    #: auditor can measure the error again (an ``inout`` input is its value before the call).
+    output_evidence: Mapping[str, np.ndarray[Any, Any]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """The kernel's outputs held against the reference under the certification's tolerance."""
+
+    bad: bool
+    max_error: float
+    max_ratio: float
+    #: The reference's outputs in each output's own dtype.
+    reference: dict[str, np.ndarray[Any, Any]]
+    reasons: tuple[str, ...]
+
+
+def measure(spec: KernelSpec, reference: Reference, launch: Launch, dims: Mapping[str, int],
+            inputs: Mapping[str, np.ndarray[Any, Any]],
+            got: Mapping[str, np.ndarray[Any, Any]]) -> Measured:  # fmt: skip
+    """Run the reference on ``inputs`` and compare ``got`` with it, as certification does.
+
+    The guard's check and the auditor's re-check (``kcert audit replay N --spec``) both
+    come here, so the error a replay measures is the error the guard measured.
+    """
+    expected = reference(inputs, launch, probe=f"guarded call {dict(dims)}")
+
+    def call(values: Mapping[str, np.ndarray[Any, Any]]) -> Mapping[str, np.ndarray[Any, Any]]:
+        return reference(values, launch, probe="guarded call")
+
+    def call_float32(values: Mapping[str, np.ndarray[Any, Any]],
+                     ) -> tuple[Mapping[str, np.ndarray[Any, Any]], bool]:  # fmt: skip
+        return reference.call_float32(values, launch, probe="guarded call")
+
+    bounds = allowances(spec, call, inputs, expected, dims, float32=call_float32)
+    worst_error, worst_ratio, bad = 0.0, 0.0, False
+    reasons: list[str] = []
+    rounded: dict[str, np.ndarray[Any, Any]] = {}
+    for out in spec.outputs:
+        with np.errstate(all="ignore"):
+            ref = np.asarray(expected[out.name]).astype(host_dtype(out.dtype))
+        rounded[out.name] = ref
+        mine = got.get(out.name)
+        if mine is None or mine.size != ref.size:
+            reasons.append(f"output '{out.name}' is missing or has the wrong size")
+            worst_error = worst_ratio = math.inf
+            bad = True
+            continue
+        mine = mine.reshape(ref.shape)
+        metrics = compare(out.dtype, mine, ref, bounds[out.name])
+        if metrics.bad_count:
+            bad = True
+            worst_error = max(worst_error, metrics.max_abs)
+            worst_ratio = max(worst_ratio, _ratio(mine, ref, bounds[out.name].allowed))
+    return Measured(bad, worst_error, worst_ratio, rounded, tuple(reasons))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,47 +144,27 @@ class Checker:
                 reasons.append(f"'{buf.name}' is {inputs[buf.name].dtype}, the spec says "
                                f"{buf.dtype}")  # fmt: skip
 
-        expected = self.reference(inputs, launch, probe=f"guarded call {dict(sample.dims)}")
-
-        def call(values: Mapping[str, np.ndarray[Any, Any]]) -> Mapping[str, np.ndarray[Any, Any]]:
-            return self.reference(values, launch, probe="guarded call")
-
-        def call_float32(values: Mapping[str, np.ndarray[Any, Any]],
-                         ) -> tuple[Mapping[str, np.ndarray[Any, Any]], bool]:  # fmt: skip
-            return self.reference.call_float32(values, launch, probe="guarded call")
-
-        bounds = allowances(spec, call, inputs, expected, sample.dims, float32=call_float32)
-        worst_error, worst_ratio, bad = 0.0, 0.0, False
-        rounded: dict[str, np.ndarray[Any, Any]] = {}
-        for out in spec.outputs:
-            with np.errstate(all="ignore"):
-                ref = np.asarray(expected[out.name]).astype(host_dtype(out.dtype))
-            rounded[out.name] = ref
-            mine = got.get(out.name)
-            if mine is None or mine.size != ref.size:
-                reasons.append(f"output '{out.name}' is missing or has the wrong size")
-                worst_error = worst_ratio = math.inf
-                bad = True
-                continue
-            mine = mine.reshape(ref.shape)
-            metrics = compare(out.dtype, mine, ref, bounds[out.name])
-            if metrics.bad_count:
-                bad = True
-                worst_error = max(worst_error, metrics.max_abs)
-                worst_ratio = max(worst_ratio, _ratio(mine, ref, bounds[out.name].allowed))
+        measured = measure(spec, self.reference, launch, sample.dims, inputs, got)
+        reasons += measured.reasons
+        bad, worst_error, worst_ratio = measured.bad, measured.max_error, measured.max_ratio
+        rounded = measured.reference
         in_scope = not reasons
         if not bad:
             return Outcome(in_scope, tuple(reasons), None)
         size = sum(v.nbytes for v in inputs.values())
         evidence = {n: canonical_array(v) for n, v in inputs.items()} \
             if size <= self.evidence_cap else None
+        size += sum(v.nbytes for v in got.values())
+        output_evidence = {n: canonical_array(v) for n, v in got.items()} \
+            if evidence is not None and size <= self.evidence_cap else None
         mismatch = Mismatch(
             at=sample.at, dims=dict(sample.dims),
             inputs={n: str(anchor(v)) for n, v in inputs.items()},
             outputs={n: str(anchor(v)) for n, v in got.items()},
             reference={n: str(anchor(v)) for n, v in rounded.items()},
             max_error=worst_error, max_ratio=worst_ratio, in_scope=in_scope,
-            reasons=tuple(reasons), evidence=evidence)  # fmt: skip
+            reasons=tuple(reasons), evidence=evidence,
+            output_evidence=output_evidence)  # fmt: skip
         return Outcome(in_scope, tuple(reasons), mismatch)
 
 

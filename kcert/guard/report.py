@@ -69,16 +69,27 @@ class ObservationReport:
 
 
 def mismatch_json(m: Mismatch, max_evidence_bytes: int) -> dict[str, Any]:
+    """One mismatch on the wire; the outputs go only when they fit the cap beside the inputs."""
     evidence: dict[str, Any] | None = None
-    if m.evidence is not None and sum(v.nbytes for v in m.evidence.values()) <= max_evidence_bytes:
-        evidence = {name: {"dtype": v.dtype.name, "shape": list(v.shape),
-                           "data": base64.b64encode(v.tobytes(order="C")).decode("ascii")}
-                    for name, v in m.evidence.items()}  # fmt: skip
+    outputs: dict[str, Any] | None = None
+    size = sum(v.nbytes for v in m.evidence.values()) if m.evidence is not None else 0
+    if m.evidence is not None and size <= max_evidence_bytes:
+        evidence = _arrays(m.evidence)
+        if m.output_evidence is not None and \
+                size + sum(v.nbytes for v in m.output_evidence.values()) <= max_evidence_bytes:
+            outputs = _arrays(m.output_evidence)  # fmt: skip
     return {
         "at": m.at, "dims": dict(m.dims), "inputs": dict(m.inputs), "outputs": dict(m.outputs),
         "reference": dict(m.reference), "max_error": _number(m.max_error),
         "max_ratio": _number(m.max_ratio), "in_scope": m.in_scope, "evidence": evidence,
+        "outputs_evidence": outputs,
     }  # fmt: skip
+
+
+def _arrays(arrays: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: {"dtype": v.dtype.name, "shape": list(v.shape),
+                   "data": base64.b64encode(v.tobytes(order="C")).decode("ascii")}
+            for name, v in arrays.items()}  # fmt: skip
 
 
 def _number(value: float) -> float | str:

@@ -8,8 +8,9 @@ the one the mismatch names for that array: what is stored is what was seen.
 
 :func:`recheck` is the auditor's half (``kcert audit replay N --spec``): it runs
 the spec's reference on the evidence inputs and says whether the recorded
-reference anchor and, when the outputs are in the evidence, the mismatch
-itself, come out again.
+reference anchor and, when the outputs are in the evidence
+(``outputs_evidence``), the mismatch itself with its max error and ratio, come
+out again.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,10 @@ from kcert.registry.observation_models import EvidenceArray, MismatchReport
 class DecodedEvidence:
     #: name -> {"dtype", "shape", "anchor", "bytes"}, in the order sent.
     manifest: dict[str, dict[str, Any]]
+    #: The bytes of ``manifest``'s arrays, then of ``outputs``'.
     blob: bytes
+    #: The kernel's outputs (``outputs_evidence``), laid out as ``manifest``; None if not sent.
+    outputs: dict[str, dict[str, Any]] | None = None
 
     @property
     def digest(self) -> str:
@@ -45,30 +49,49 @@ def decode_evidence(
 ) -> DecodedEvidence | None:
     """The evidence's arrays, each checked against the anchor the mismatch names for it."""
     if mismatch.evidence is None:
+        if mismatch.outputs_evidence is not None:
+            raise InvalidInput(f"{where}: outputs_evidence needs the inputs' evidence beside "
+                               "it (an output alone cannot be re-checked)")  # fmt: skip
         return None
-    total = 0
-    manifest: dict[str, dict[str, Any]] = {}
     parts: list[bytes] = []
-    for name, item in mismatch.evidence.items():
-        named = mismatch.inputs.get(name) or mismatch.outputs.get(name)
+    budget = [max_bytes]
+    manifest = _decode(mismatch.evidence, lambda n: mismatch.inputs.get(n) or
+                       mismatch.outputs.get(n), "evidence", "inputs or outputs", parts, budget,
+                       where)  # fmt: skip
+    outputs = None
+    if mismatch.outputs_evidence is not None:
+        # Against the *outputs* anchors only: for an inout buffer the input anchor is the
+        # value before the call, and evidence of it must not pass for the kernel's result.
+        outputs = _decode(mismatch.outputs_evidence, mismatch.outputs.get, "outputs_evidence",
+                          "outputs", parts, budget, where)  # fmt: skip
+    return DecodedEvidence(manifest, b"".join(parts), outputs)
+
+
+def _decode(sent: Mapping[str, EvidenceArray], named_of: Callable[[str], str | None],
+            field: str, among: str, parts: list[bytes], budget: list[int],
+            where: str) -> dict[str, dict[str, Any]]:  # fmt: skip
+    manifest: dict[str, dict[str, Any]] = {}
+    for name, item in sent.items():
+        named = named_of(name)
         if named is None:
-            raise InvalidInput(f"{where}: evidence {name!r} is not among the anchored inputs "
-                               "or outputs")  # fmt: skip
-        # Before decoding: base64 is 4 characters per 3 bytes.
-        total += len(item.data) * 3 // 4
-        if total > max_bytes:
-            raise TooLarge(f"{where}: evidence is over {max_bytes} bytes (the registry's "
-                           "KCERT_OBSERVATION_EVIDENCE_MAX); send it as null")  # fmt: skip
-        array = _array(item, f"{where}, evidence {name!r}")
+            raise InvalidInput(f"{where}: {field} {name!r} is not among the anchored "
+                               f"{among}")  # fmt: skip
+        # Before decoding: base64 is 4 characters per 3 bytes, less its padding.
+        budget[0] -= len(item.data) * 3 // 4 - item.data[-2:].count("=")
+        if budget[0] < 0:
+            raise TooLarge(f"{where}: evidence is over the registry's "
+                           "KCERT_OBSERVATION_EVIDENCE_MAX bytes (inputs and outputs "
+                           "together); send outputs_evidence, or both, as null")  # fmt: skip
+        array = _array(item, f"{where}, {field} {name!r}")
         got = str(anchor(array))
         if got != named:
-            raise InvalidInput(f"{where}: evidence {name!r} anchors to {got}, the mismatch "
+            raise InvalidInput(f"{where}: {field} {name!r} anchors to {got}, the mismatch "
                                f"names {named}")  # fmt: skip
         data = array.tobytes()
         manifest[name] = {"dtype": item.dtype, "shape": list(item.shape), "anchor": got,
                           "bytes": len(data)}  # fmt: skip
         parts.append(data)
-    return DecodedEvidence(manifest, b"".join(parts))
+    return manifest
 
 
 def _array(item: EvidenceArray, where: str) -> np.ndarray[Any, Any]:
@@ -100,10 +123,15 @@ def arrays_of(
     return out
 
 
-def encode_arrays(manifest: Mapping[str, Mapping[str, Any]], blob: bytes) -> dict[str, Any]:
-    """The evidence as the wire format sends it (``GET .../evidence``)."""
+def manifest_bytes(manifest: Mapping[str, Mapping[str, Any]]) -> int:
+    """How many bytes of the blob ``manifest``'s arrays take (where the outputs begin)."""
+    return sum(int(item["bytes"]) for item in manifest.values())
+
+
+def encode_arrays(manifest: Mapping[str, Mapping[str, Any]], blob: bytes,
+                  offset: int = 0) -> dict[str, Any]:  # fmt: skip
+    """The evidence as the wire format sends it (``GET .../evidence``), from ``offset``."""
     out: dict[str, Any] = {}
-    offset = 0
     for name, item in manifest.items():
         size = int(item["bytes"])
         out[name] = {"dtype": item["dtype"], "shape": item["shape"], "anchor": item["anchor"],
@@ -123,27 +151,38 @@ class Recheck:
     #: The mismatch came out again (the outputs in the evidence are outside tolerance).
     reproduced: bool | None
     notes: tuple[str, ...]
+    #: The re-measured largest error and ratio to the allowed error (outputs in the evidence).
+    max_error: float | None = None
+    max_ratio: float | None = None
+    #: Whether they are the recorded ones (None: nothing re-measured).
+    same_error: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"reproduced": self.reproduced, "notes": list(self.notes)}
+        return {"reproduced": self.reproduced, "notes": list(self.notes),
+                "max_error": _wire(self.max_error), "max_ratio": _wire(self.max_ratio),
+                "same_error": self.same_error}  # fmt: skip
 
 
 def recheck(
-    kernel: Any, mismatch: Mapping[str, Any], arrays: Mapping[str, np.ndarray[Any, Any]]
+    kernel: Any, mismatch: Mapping[str, Any], arrays: Mapping[str, np.ndarray[Any, Any]],
+    outputs: Mapping[str, np.ndarray[Any, Any]] | None = None,
 ) -> Recheck:
     """Run ``kernel``'s reference (a :class:`kcert.certify.spec.KernelSpec`) on the evidence.
 
     The reference's answer is anchored as float64 and as the output's own dtype;
-    either may be what the guard recorded. Outputs present in the evidence are
-    compared with the reference under the spec's tolerance (``atol + rtol·|ref|``).
+    either may be what the guard recorded. With the kernel's ``outputs`` (the
+    mismatch's ``outputs_evidence``) the error is measured again exactly as the
+    guard measured it (:func:`kcert.guard.check.measure`: the certification's
+    tolerance and comparison) and held against the recorded ``max_error`` and
+    ``max_ratio``.
     """
     from kcert.certify.executors.base import host_dtype
     from kcert.certify.reference import Reference
+    from kcert.certify.spec import Intent
+    from kcert.guard.check import measure
 
     dims = {str(k): int(v) for k, v in mismatch.get("dims", {}).items()}
     launch = kernel.bind(dims)
-    from kcert.certify.spec import Intent
-
     wanted = [b.name for b in kernel.buffers if b.intent is not Intent.OUT]
     missing = [name for name in wanted if name not in arrays]
     if missing:
@@ -151,16 +190,19 @@ def recheck(
     # The dims come from the leaf: hold them to the evidence before the reference allocates
     # anything of their size.
     wrong = [n for n in wanted if tuple(arrays[n].shape) != tuple(launch.shapes[n])]
+    if outputs is not None:
+        wrong += [o.name for o in kernel.outputs if o.name in outputs
+                  and tuple(outputs[o.name].shape) != tuple(launch.shapes[o.name])]  # fmt: skip
     if wrong:
         return Recheck(False, (f"the evidence's shape of {', '.join(wrong)} is not what the "
                                f"recorded dims {dims} give",))  # fmt: skip
     if any(math.prod(launch.shapes[b.name]) > MAX_RECHECK_ELEMENTS for b in kernel.outputs):
         return Recheck(None, (f"an output of the recorded dims {dims} is over "
                               f"{MAX_RECHECK_ELEMENTS} elements: not re-run",))  # fmt: skip
-    expected = Reference(kernel)(arrays, launch, probe="runtime-mismatch")
+    reference = Reference(kernel)
+    expected = reference(arrays, launch, probe="runtime-mismatch")
     notes: list[str] = []
     recorded_ref = mismatch.get("reference", {})
-    reproduced: bool | None = None
     for out in kernel.outputs:
         ref = expected[out.name]
         anchors = {str(anchor(ref)), str(anchor(ref.astype(host_dtype(out.dtype))))}
@@ -168,27 +210,59 @@ def recheck(
         if said is not None:
             notes.append(f"reference {out.name}: " + ("same anchor as recorded" if said in anchors
                          else "a different anchor than recorded (reference drift?)"))  # fmt: skip
-        if out.name not in arrays or out.name in wanted:
-            # An inout buffer's evidence is its value before the call, never the kernel's output.
-            notes.append(f"output {out.name} is not in the evidence: the mismatch itself is "
-                         "not re-checked, only the reference")  # fmt: skip
-            continue
-        got = arrays[out.name].astype(np.float64)
-        tol = kernel.tolerance.get(out.dtype)
-        atol, rtol = (tol.atol, tol.rtol) if tol is not None else (1e-5, 1.3e-6)
-        with np.errstate(all="ignore"):
-            error = np.abs(got - ref)
-            bad = ~(error <= atol + rtol * np.abs(ref))
-        count = int(np.count_nonzero(bad))
-        reproduced = bool(reproduced) or count > 0
-        worst = float(np.nanmax(error)) if error.size else 0.0
-        notes.append(f"output {out.name}: {count} element(s) outside atol {atol:g} + rtol "
-                     f"{rtol:g}·|ref| (max error {worst:.6g})")  # fmt: skip
-    return Recheck(reproduced, tuple(notes))
+    absent = [o.name for o in kernel.outputs if outputs is None or o.name not in outputs]
+    if absent:
+        # An inout buffer's evidence is its value before the call, never the kernel's output.
+        notes.append(f"output(s) {', '.join(absent)} not in the evidence (outputs_evidence): "
+                     "the error is not measured again, only the reference")  # fmt: skip
+        return Recheck(None, tuple(notes))
+    assert outputs is not None
+    measured = measure(kernel, reference, launch, dims, dict(arrays), outputs)
+    notes.extend(measured.reasons)
+    recorded_error = _recorded(mismatch.get("max_error"))
+    recorded_ratio = _recorded(mismatch.get("max_ratio"))
+    same = measured.bad and _close(measured.max_error, recorded_error) and \
+        _close(measured.max_ratio, recorded_ratio)  # fmt: skip
+    notes.append(f"re-measured: max error {measured.max_error:.6g} (recorded "
+                 f"{_show(recorded_error)}), {measured.max_ratio:.6g}× the allowed error "
+                 f"(recorded {_show(recorded_ratio)}): {'SAME' if same else 'DIFFERENT'}")
+    return Recheck(measured.bad, tuple(notes), measured.max_error, measured.max_ratio, same)
+
+
+def _recorded(value: Any) -> float | None:
+    if isinstance(value, str):  # "nan", "inf", "-inf" on the wire
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _close(measured: float, recorded: float | None) -> bool:
+    if recorded is None:
+        return False
+    if math.isnan(measured) or math.isnan(recorded):
+        return math.isnan(measured) and math.isnan(recorded)
+    if math.isinf(measured) or math.isinf(recorded):
+        return measured == recorded
+    # the same reference on the same bytes; only the last float64 digits may move
+    return math.isclose(measured, recorded, rel_tol=1e-9, abs_tol=1e-300)
+
+
+def _show(value: float | None) -> str:
+    return "nothing" if value is None else f"{value:.6g}"
+
+
+def _wire(value: float | None) -> float | str | None:
+    if value is None or math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
 
 
 def served_arrays(
-    served: Mapping[str, Any], manifest: Mapping[str, Mapping[str, Any]]
+    served: Mapping[str, Any], manifest: Mapping[str, Mapping[str, Any]], key: str = "arrays"
 ) -> tuple[dict[str, np.ndarray[Any, Any]], list[str]]:
     """The arrays a registry served for a mismatch, each held against the logged manifest.
 
@@ -197,7 +271,7 @@ def served_arrays(
     """
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     notes: list[str] = []
-    got = served.get("arrays") if isinstance(served.get("arrays"), Mapping) else {}
+    got = served.get(key) if isinstance(served.get(key), Mapping) else {}
     for name, item in manifest.items():
         sent = got.get(name) if isinstance(got, Mapping) else None
         if not isinstance(sent, Mapping):

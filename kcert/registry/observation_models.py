@@ -87,6 +87,11 @@ class MismatchReport(BaseModel):
     max_ratio: ErrorMetric | None
     in_scope: Annotated[bool, Strict()]
     evidence: dict[ArgName, EvidenceArray] | None = PydanticField(max_length=MAX_ARRAYS)
+    #: The kernel's outputs after the call (for an ``inout`` buffer ``evidence`` holds its
+    #: value before it), each anchored to ``outputs``; under the same cap as ``evidence``.
+    outputs_evidence: dict[ArgName, EvidenceArray] | None = PydanticField(
+        default=None, max_length=MAX_ARRAYS
+    )
 
 
 class LatencyHistogram(BaseModel):

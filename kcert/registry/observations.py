@@ -25,7 +25,12 @@ from sqlmodel import Session, col, select
 from kcert.digest import Digest, DigestError
 from kcert.registry import audit
 from kcert.registry.errors import InvalidInput, NotFound
-from kcert.registry.evidence import DecodedEvidence, decode_evidence, encode_arrays
+from kcert.registry.evidence import (
+    DecodedEvidence,
+    decode_evidence,
+    encode_arrays,
+    manifest_bytes,
+)
 from kcert.registry.models import (
     Certificate,
     CertificateAlias,
@@ -169,8 +174,9 @@ def _record_mismatch(
         promotion=promotion.status if promotion is not None else None, confirmed=confirmed,
     )  # fmt: skip
     decision = decide_mismatch(inputs)
-    described = mismatch.model_dump(mode="json", exclude={"evidence"})
+    described = mismatch.model_dump(mode="json", exclude={"evidence", "outputs_evidence"})
     described["evidence"] = evidence.manifest if evidence is not None else None
+    described["outputs_evidence"] = evidence.outputs if evidence is not None else None
     described["evidence_digest"] = evidence.digest if evidence is not None else None
     stored = ObservationMismatch(
         report_id=row.id or 0, kernel=item.kernel, target_name=target,
@@ -216,9 +222,13 @@ def get_evidence(*, session: Session, mismatch_id: int) -> dict[str, Any]:
     manifest = row.report.get("evidence")
     if manifest is None or row.evidence is None:
         raise NotFound(f"mismatch {mismatch_id} came without evidence (over the size cap)")
+    blob = bytes(row.evidence)
+    outputs = row.report.get("outputs_evidence")
     return {"mismatch_id": mismatch_id, "log_index": row.log_index,
             "evidence_digest": row.report.get("evidence_digest"),
-            "arrays": encode_arrays(manifest, bytes(row.evidence))}  # fmt: skip
+            "arrays": encode_arrays(manifest, blob),
+            "outputs": encode_arrays(outputs, blob, manifest_bytes(manifest))
+            if outputs is not None else None}  # fmt: skip
 
 
 def list_mismatches(*, session: Session, target: str, kernel: str | None = None,

@@ -36,6 +36,8 @@ from kcert.registry.runtime_policy import LatencyInputs
 PERCENTILES = (50.0, 95.0, 99.0)
 #: Values resampled per bootstrap round at most (larger sets are subsampled once, seeded).
 MAX_BOOTSTRAP_VALUES = 200_000
+#: The quantiles a comparison carries of each distribution: every half percent.
+CDF_LEVELS = tuple(i / 2 for i in range(201))
 #: Samples read for one (target, kernel) at most.
 MAX_VALUES = 2_000_000
 
@@ -106,6 +108,8 @@ class LatencySummary(BaseModel):
     kernel: str
     samples: int
     percentiles: list[Percentile]
+    #: The distribution: quantiles at 0, 0.5, ..., 100% (what the HTML page's CDF draws).
+    quantiles_us: list[float] = []
 
 
 class PercentileChange(BaseModel):
@@ -145,7 +149,7 @@ def _summary(kernel: str, values: np.ndarray[Any, Any], boot: np.ndarray[Any, An
     return LatencySummary(kernel=kernel, samples=int(values.size), percentiles=[
         Percentile(q=q, value_us=float(p), low_us=float(lo), high_us=float(hi))
         for q, p, lo, hi in zip(PERCENTILES, point, low, high, strict=True)
-    ])  # fmt: skip
+    ], quantiles_us=[float(v) for v in np.percentile(values, CDF_LEVELS)])  # fmt: skip
 
 
 def compare(*, session: Session, target: str, before: str, after: str, seed: int = 0,
@@ -161,6 +165,15 @@ def compare(*, session: Session, target: str, before: str, after: str, seed: int
         if v.size == 0:
             raise InvalidInput(f"no latency samples of {k} on target {target!r}; ingest a "
                                "trace (kcert perf ingest) or send guard reports")  # fmt: skip
+    return compare_values(target, (kernels[0], values[0]), (kernels[1], values[1]), seed=seed,
+                          resamples=resamples, confidence=confidence)  # fmt: skip
+
+
+def compare_values(target: str, before: tuple[str, np.ndarray[Any, Any]],
+                   after: tuple[str, np.ndarray[Any, Any]], *, seed: int = 0,
+                   resamples: int = 1000, confidence: float = 0.95) -> PerfComparison:  # fmt: skip
+    """The comparison of two sets of latencies (µs), each named by its kernel; pure."""
+    kernels, values = [before[0], after[0]], [before[1], after[1]]
     rng = np.random.default_rng(seed)
     boots = [_boot(v, rng, resamples) for v in values]
     alpha = 1 - confidence

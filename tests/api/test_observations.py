@@ -341,3 +341,43 @@ def test_a_deep_body_is_refused_before_routing(
     assert_problem(client.post("/v1/observations", json=batch, headers=guard), 422,
                    "validation-error")  # fmt: skip
     assert _tree_size(client) == size
+
+
+def test_output_evidence_is_anchored_stored_and_served_and_forgeries_are_refused(
+    client: TestClient, admin: dict[str, str], signing_key: Ed25519PrivateKey
+) -> None:
+    cert = _setup(client, admin, signing_key, policy="record")
+    guard = _token(client, admin, "observations:write")
+    n = 64
+    out = np.arange(n, dtype=np.float32) * 2 + 1
+    size = _tree_size(client)
+
+    def post(outputs_evidence: Any, *, evidence: bool = True, **changes: Any) -> Any:
+        batch = _batch(cert, n=n, evidence=evidence)
+        mismatch = batch["reports"][0]["mismatches"][0]
+        mismatch.update(outputs_evidence=outputs_evidence, **changes)
+        return client.post("/v1/observations", json=batch, headers=guard)
+
+    forged = out.copy()
+    forged[0] += 1  # bytes that are not the output the mismatch anchors
+    assert_problem(post({"out": _evidence(forged)}), 422, "invalid-input")
+    assert_problem(post({"x": _evidence(np.arange(n, dtype=np.float32))}), 422,
+                   "invalid-input")  # an input's bytes passed off as an output  # fmt: skip
+    assert_problem(post({"out": _evidence(out)}, evidence=False), 422, "invalid-input")
+    # inout: the output anchor is the value after the call; its value before is not it
+    y0, y1 = np.ones(n, dtype=np.float32), np.full(n, 3, dtype=np.float32)
+    inout = {"inputs": {"x": str(anchor(np.arange(n, dtype=np.float32))), "y": str(anchor(y0))},
+             "outputs": {"y": str(anchor(y1))}, "reference": {"y": str(anchor(y1))}}
+    assert_problem(post({"y": _evidence(y0)}, **inout), 422, "invalid-input")
+    assert _tree_size(client) == size  # nothing of the refused batches was logged
+
+    sent = post({"out": _evidence(out)})
+    assert sent.status_code == 201, sent.text
+    (mid,) = sent.json()["mismatch_ids"]
+    got = client.get(f"/v1/observations/mismatches/{mid}/evidence", headers=admin).json()
+    served = got["outputs"]["out"]
+    assert served["anchor"] == str(anchor(out))
+    assert base64.b64decode(served["data"]) == out.tobytes()
+    assert base64.b64decode(got["arrays"]["x"]["data"]) == np.arange(n, dtype=np.float32).tobytes()
+    logged = client.get(f"/v1/observations/mismatches/{mid}", headers=admin).json()
+    assert logged["report"]["outputs_evidence"]["out"]["anchor"] == str(anchor(out))

@@ -89,6 +89,15 @@ def test_ingest_a_real_trace_then_compare(registry: EmbeddedRegistry, tmp_path: 
     table = _run("perf", "compare", "--target", TARGET, "--before", before, "--after", after,
                  "--resamples", "50")  # fmt: skip
     assert table.exit_code == 0 and "p99" in table.stdout and "%" in table.stdout
+    page = tmp_path / "compare.html"
+    drawn = _run("perf", "compare", "--target", TARGET, "--before", before, "--after", after,
+                 "--resamples", "50", "--html", str(page))  # fmt: skip
+    assert drawn.exit_code == 0 and "p99" in drawn.stdout, drawn.output
+    html = page.read_text(encoding="utf-8")
+    assert html.count('class="cdf"') == 2 and "<script" not in html and before in html
+    nowhere = _run("perf", "compare", "--target", TARGET, "--before", before, "--after", after,
+                   "--html", str(tmp_path / "no" / "such" / "dir.html"))  # fmt: skip
+    assert nowhere.exit_code == 2 and "Traceback" not in nowhere.output
 
 
 def test_jsonl_and_bad_input(registry: EmbeddedRegistry, tmp_path: Path) -> None:

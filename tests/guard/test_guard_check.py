@@ -55,7 +55,23 @@ def test_a_kernel_wrong_past_its_scope_is_a_mismatch_out_of_scope(
     assert m["max_ratio"] > 100
     data = base64.b64decode(m["evidence"]["x_ptr"]["data"])
     assert np.array_equal(np.frombuffer(data, np.float32), x0)
+    # y is inout: evidence holds it before the call, outputs_evidence after it
+    before = base64.b64decode(m["evidence"]["y_ptr"]["data"])
+    after = base64.b64decode(m["outputs_evidence"]["y_ptr"]["data"])
+    assert before == y0.tobytes() and after == y.tobytes()
     assert report["out_of_scope"] == 1 and report["calls_checked"] == 2
+
+
+def test_outputs_go_only_when_they_fit_the_cap_beside_the_inputs(
+    make_guard: Callable[..., Guard],
+) -> None:
+    n = 70000  # x, y before and y after: 3 * 280000 bytes
+    reporter = ListReporter(target="prod-a", max_evidence_bytes=2 * 4 * n)
+    guard = make_guard(sample_rate=1.0, seed=0, reporter=reporter)
+    guard.wrap(saxpy_wrong_when_large)(*pair(n, 2), 2.5, n)
+    assert guard.flush(30)
+    [m] = [m for r in reporter.body()["reports"] for m in r["mismatches"]]
+    assert set(m["evidence"]) == {"x_ptr", "y_ptr"} and m["outputs_evidence"] is None
 
 
 def test_the_callers_result_and_buffers_are_untouched(make_guard: Callable[..., Guard]) -> None:

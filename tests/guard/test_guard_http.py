@@ -19,7 +19,7 @@ from kcert.guard.check import Mismatch
 REPORT_KEYS = {"kernel", "target", "certificate", "window", "calls_seen", "calls_checked",
                "dropped", "out_of_scope", "latency", "mismatches"}  # fmt: skip
 MISMATCH_KEYS = {"at", "dims", "inputs", "outputs", "reference", "max_error", "max_ratio",
-                 "in_scope", "evidence"}  # fmt: skip
+                 "in_scope", "evidence", "outputs_evidence"}  # fmt: skip
 DIGEST = "sha256:" + "ab" * 32
 
 

@@ -167,5 +167,9 @@ def test_a_runtime_mismatch_suspends_the_promotion_and_the_log_replays(
     body = json.loads(replay.stdout)
     assert body["same"] is True and body["replayed"]["suspend"] is True
     assert body["recheck"]["same"] is True
+    # The outputs travel too: the auditor measures the error again and gets the guard's.
+    assert body["recheck"]["reproduced"] is True and body["recheck"]["same_error"] is True
+    assert any(n.startswith("re-measured") and n.endswith("SAME")
+               for n in body["recheck"]["notes"]), body  # fmt: skip
     assert any("same anchor as recorded" in n for n in body["recheck"]["notes"]), body
     kcert("audit", "replay", "--all", "--allow-unverified")
