@@ -33,6 +33,9 @@ REFUSED_BY_MEANING = [
     ("/v1/certificates", "POST", ["422"]),
     # A target's fingerprint needs the drift fields in its environment, by name.
     ("/v1/targets/{name}", "PUT", ["422"]),
+    # An observations:write token must name its targets or say all_targets (a rule across
+    # two fields and a scope).
+    ("/v1/tokens", "POST", ["422"]),
     # Any 64 hex digits match the schema; not all are an Ed25519 point.
     ("/v1/keys", "POST", ["422"]),
     # Log indexes past the log's end (the log's size is not in the schema).

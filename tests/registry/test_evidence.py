@@ -117,3 +117,23 @@ def test_inputs_and_outputs_share_one_evidence_cap() -> None:
     assert len(decoded.blob) == 3 * 1024 and list(decoded.outputs) == ["y_ptr"]
     with pytest.raises(TooLarge):
         decode_evidence(report, max_bytes=3 * 1024 - 1, where="test")
+
+
+def test_served_outputs_are_held_against_the_logged_outputs_manifest() -> None:
+    _, arrays = _mismatch(16)
+    y = _wrong_outputs(arrays)["y_ptr"]
+    manifest = {"y_ptr": {"dtype": "float32", "shape": [16], "anchor": str(anchor(y)),
+                          "bytes": 64}}  # fmt: skip
+
+    def served(v: np.ndarray[Any, Any]) -> dict[str, Any]:
+        return {"outputs": {"y_ptr": {"dtype": "float32", "shape": [16],
+                                      "data": base64.b64encode(v.tobytes()).decode()}}}
+
+    got, notes = served_arrays(served(y), manifest, key="outputs")
+    assert notes == [] and np.array_equal(got["y_ptr"], y)
+    # A registry that serves the right output bytes as the inputs' is not believed either.
+    assert served_arrays(served(y), manifest)[1] == ["evidence y_ptr was not served"]
+    forged = y.copy()
+    forged[3] = 0  # a registry that "fixes" the output
+    got, notes = served_arrays(served(forged), manifest, key="outputs")
+    assert got == {} and "does not anchor" in notes[0]
