@@ -24,6 +24,9 @@ from kcert.registry.tokens import Principal
 router = APIRouter(prefix="/v1")
 
 TargetPath = Annotated[str, Path(max_length=128, pattern=NAME_PATTERN)]
+#: A mismatch id: the column is a 32-bit integer on PostgreSQL, so a larger one is a 422
+#: and not a database error.
+MismatchId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 KernelQuery = Annotated[str, Query(max_length=71, pattern=DIGEST_PATTERN)]
 Reader = Depends(require(Scope.GATE_READ))
 Writer = Depends(require(Scope.OBSERVATIONS_WRITE))
@@ -52,14 +55,14 @@ def post_observations(
 
 @router.get("/observations/mismatches/{mismatch_id}", dependencies=[Reader])
 def get_mismatch(
-    mismatch_id: Annotated[int, Path(ge=1, le=2**62)], session: ReadSessionDep
+    mismatch_id: MismatchId, session: ReadSessionDep
 ) -> MismatchPublic:
     return observations.get_mismatch(session=session, mismatch_id=mismatch_id)
 
 
 @router.get("/observations/mismatches/{mismatch_id}/evidence", dependencies=[Reader])
 def get_evidence(
-    mismatch_id: Annotated[int, Path(ge=1, le=2**62)], session: ReadSessionDep
+    mismatch_id: MismatchId, session: ReadSessionDep
 ) -> dict[str, Any]:
     """The mismatch's evidence arrays (base64), as the guard sent them, with their anchors."""
     return observations.get_evidence(session=session, mismatch_id=mismatch_id)
