@@ -30,7 +30,13 @@ from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.interpreter import blame, fail_build_on_bool_ops, static_hazards
 from kcert.certify.minimize import Budget, Stop, search
-from kcert.certify.probe_checks import PROBE_CHECKS, Correctness, Finding, ProbeCheck
+from kcert.certify.probe_checks import (
+    PROBE_CHECK_NAMES,
+    PROBE_CHECKS,
+    Correctness,
+    Finding,
+    ProbeCheck,
+)  # fmt: skip
 from kcert.certify.probes import (
     Probe,
     derive_seed,
@@ -139,7 +145,7 @@ class _Certifier:
         if any(c.status is Status.FAIL for c in build_checks if c.name == "build"):
             reason = "not run: the build failed"
             checks += [CheckResult(n, Status.SKIP, reason) for n in (
-                "launch", *(c.name for c in PROBE_CHECKS), "fresh-probes")]
+                "launch", *PROBE_CHECK_NAMES, "fresh-probes")]
             timing_check, timing_report = _skipped_timing(reason)
             checks.append(_sanitizer_skipped(reason) if options.sanitize else _sanitizer_skipped())
         else:
