@@ -23,13 +23,20 @@ import numpy as np
 import kcert
 from kcert.certify import jail, spares
 from kcert.certify.anchors import anchor
-from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
+from kcert.certify.checks import ProbeEvidence, evaluate, make_job, timed_output_error
 from kcert.certify.conditions import SCHEME, RunConditions, draw_conditions, stale_seed
 from kcert.certify.entry import check_entry
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.interpreter import blame, fail_build_on_bool_ops, static_hazards
 from kcert.certify.minimize import Budget, Stop, search
+from kcert.certify.probe_checks import (
+    PROBE_CHECK_NAMES,
+    PROBE_CHECKS,
+    Correctness,
+    Finding,
+    ProbeCheck,
+)  # fmt: skip
 from kcert.certify.probes import (
     Probe,
     derive_seed,
@@ -58,10 +65,6 @@ from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import Allowance, allowances
 from kcert.errors import KcertError
 
-#: Checks made on every probe's two launches (the order they are reported in).
-PROBE_CHECKS: tuple[str, ...] = (
-    "correctness", "coverage", "bounds", "input-integrity", "determinism", "special-values",
-)  # fmt: skip
 DEFAULT_DEADLINE_S = 60.0
 #: Probe runs that minimization may spend, over all failing checks together.
 MINIMIZE_RUNS = 40
@@ -142,7 +145,7 @@ class _Certifier:
         if any(c.status is Status.FAIL for c in build_checks if c.name == "build"):
             reason = "not run: the build failed"
             checks += [CheckResult(n, Status.SKIP, reason) for n in (
-                "launch", *PROBE_CHECKS, "fresh-probes")]
+                "launch", *PROBE_CHECK_NAMES, "fresh-probes")]
             timing_check, timing_report = _skipped_timing(reason)
             checks.append(_sanitizer_skipped(reason) if options.sanitize else _sanitizer_skipped())
         else:
@@ -299,8 +302,8 @@ class _Certifier:
                    uncovered: Mapping[str, tuple[int, ...]]) -> list[CheckResult]:  # fmt: skip
         checks = [_launch_check(fixed + fresh)]
         ran = [o for o in fixed if o.record is not None]
-        for name in PROBE_CHECKS:
-            checks.append(_probe_check(name, ran, len(fixed), uncovered))
+        for check in PROBE_CHECKS:
+            checks.append(_probe_check(check, ran, len(fixed), uncovered))
         checks.append(_fresh_check(fresh, fresh_seed, clean=_clean(fixed)))
         return checks
 
@@ -338,10 +341,10 @@ class _Certifier:
             if found.stopped is not None:
                 self.minimize_stopped[name] = found.stopped
 
-        for name in PROBE_CHECKS:
-            failing = next((o for o in fixed if name in o.findings), None)
+        for check in PROBE_CHECKS:
+            failing = next((o for o in fixed if check.name in o.findings), None)
             if failing is not None:
-                shrink(name, failing.probe, _fails_check(name))
+                shrink(check.name, failing.probe, _fails_check(check.name))
         crashed = next((o for o in fixed if o.launch is not None), None)
         if crashed is not None and crashed.launch is not None:
             # a hang costs a whole deadline per try: only crashes and errors are shrunk
@@ -497,15 +500,16 @@ def _launch_check(outcomes: list[_ProbeOutcome]) -> CheckResult:
     )  # fmt: skip
 
 
-def _probe_check(name: str, ran: list[_ProbeOutcome], total: int,
+def _probe_check(check: ProbeCheck, ran: list[_ProbeOutcome], total: int,
                  uncovered: Mapping[str, tuple[int, ...]]) -> CheckResult:  # fmt: skip
+    name = check.name
     if not ran:
         return CheckResult(name, Status.SKIP, "not evaluated: no probe ran to completion")
     failing = [o for o in ran if name in o.findings]
     details: dict[str, Any] = {"probes": len(ran)}
     if uncovered:
         details["uncovered_dim_values"] = {k: list(v) for k, v in uncovered.items()}
-    if name == "correctness":
+    if isinstance(check, Correctness):
         details["worst"] = _worst_metrics(ran)
     if failing:
         first = failing[0]
@@ -515,18 +519,8 @@ def _probe_check(name: str, ran: list[_ProbeOutcome], total: int,
         return CheckResult(name, Status.FAIL, f"{len(failing)} of {len(ran)} probe(s) fail; "
                            f"{finding.message}", first.probe.id, details=details)  # fmt: skip
     note = "" if len(ran) == total else f" ({total - len(ran)} probe(s) did not run)"
-    return CheckResult(name, Status.PASS, f"{_PASS_TEXT[name]} on {len(ran)} probe(s){note}",
+    return CheckResult(name, Status.PASS, f"{check.passes} on {len(ran)} probe(s){note}",
                        details=details)  # fmt: skip
-
-
-_PASS_TEXT = {
-    "correctness": "every element within tolerance",
-    "coverage": "every output element written",
-    "bounds": "no write outside any buffer",
-    "input-integrity": "inputs unchanged",
-    "determinism": "identical output bytes across fills, guards and addresses",
-    "special-values": "NaN and Inf exactly where the reference has them",
-}
 
 
 def _fresh_check(fresh: list[_ProbeOutcome], seed: int, *, clean: bool) -> CheckResult:
