@@ -16,7 +16,7 @@ from kcert.certify.sanitizer import parse_tools
 from kcert.certify.spares import discard_spares
 from kcert.certify.spec import resolve_kernel
 from kcert.cli.app import EXIT_FAIL, EXIT_OK
-from kcert.cli.output import emit_json, err_console, out_console
+from kcert.cli.output import emit_json, err_console, out_console, progress
 from kcert.errors import UsageError
 
 _MESSAGE_WIDTH = 110
@@ -32,9 +32,11 @@ def certify_command(
         "--hw", help="Hardware class to certify for; must match the device (cpu: interpreter).",
     )] = None,
     key: Annotated[Path | None, typer.Option(
-        "--key", help="Ed25519 private key: sign the report into a certificate.")] = None,
+        "--key", help="Ed25519 private key: sign the report into a certificate. Without "
+        "it the checks run and are shown, and nothing is written.")] = None,
     out: Annotated[Path | None, typer.Option(
-        "--out", help="Where to write the certificate (default: KERNEL.cert.json).")] = None,
+        "--out", help="Where to write the certificate (needs --key; default: "
+        "KERNEL.cert.json).")] = None,
     max_probes: Annotated[int | None, typer.Option(
         "--max-probes", min=1, help="Cap the fixed probe set (default: the spec's).")] = None,
     deadline: Annotated[float, typer.Option(
@@ -65,9 +67,8 @@ def certify_command(
     options = CertifyOptions(executor=executor, hw=hw, max_probes=max_probes, deadline_s=deadline,
                              sandbox=not no_sandbox, allow_module_code=allow_module_code,
                              sanitize=tools)  # fmt: skip
-    with err_console.status(f"certifying {spec.name}", spinner="dots") as status:
-        report = certify(spec, options, progress=lambda text: status.update(
-            f"certifying {escape(spec.name)}: {escape(text)}"))  # fmt: skip
+    with progress(f"certifying {spec.name}") as step:
+        report = certify(spec, options, progress=step)
     # the key is read last, once no process that ran or compiled kernel code is alive
     discard_spares()
     signing_key = _load_key(key) if key is not None else None
@@ -80,6 +81,12 @@ def certify_command(
         emit_json(_summary(report, certificate, certificate_id))
     else:
         _show(report, certificate, certificate_id)
+    if signing_key is None:
+        # An unsigned report vouches for nothing, so none is written; say so, or a user
+        # looks for KERNEL.cert.json that --out's help names.
+        err_console.print("no certificate written: no --key given (sign with --key KEY; "
+                          f"it goes to --out, default {spec.name}.cert.json)", markup=False,
+                          soft_wrap=True)  # fmt: skip
     raise typer.Exit(EXIT_OK if report.verdict is Verdict.PASS else EXIT_FAIL)
 
 

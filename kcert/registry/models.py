@@ -26,6 +26,10 @@ from sqlmodel import Field, SQLModel
 
 from kcert.digest import Digest, DigestError
 
+# Defined without SQLModel so that a client of a server can read them (see wire's docstring).
+from kcert.registry.wire import GateDecision as GateDecision
+from kcert.registry.wire import Scope as Scope
+
 #: Names of targets and keys: printable, no slashes (they appear in URL paths).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
 HW_CLASS_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$"
@@ -81,14 +85,6 @@ def _when() -> Any:
 
 def _maybe_when() -> Any:
     return Field(default=None, sa_type=DateTime(timezone=True))
-
-
-class Scope(StrEnum):
-    CERTIFICATES_WRITE = "certificates:write"
-    PROMOTE = "promote"
-    GATE_READ = "gate:read"
-    TARGETS_WRITE = "targets:write"
-    ADMIN = "admin"
 
 
 class PromotionStatus(StrEnum):
@@ -398,12 +394,6 @@ class PromotionPublic(PromotionBase):
     suspend_reason: str | None = None
     reasons: list[str] = []
     log_index: int | None = None
-
-
-class GateDecision(SQLModel):
-    allow: bool
-    reasons: list[str]
-    certificate: str | None
 
 
 # --- tokens ---------------------------------------------------------------------------------
