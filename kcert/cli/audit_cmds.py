@@ -743,9 +743,10 @@ def _show_replay(result: dict[str, Any]) -> None:
     verdict = "SAME decision" if result["same"] else "DIFFERENT"
     out_console.print(f"entry {result['index']} ({result['kind']}): {verdict}", markup=False)
     allow = result["replayed"].get("allow")
+    certificate = result["replayed"].get("certificate")
     out_console.print(
-        f"  replayed: {'allow' if allow else 'deny'}, certificate "
-        f"{result['replayed'].get('certificate')}",
+        f"  replayed: {'allow' if allow else 'deny'}, "
+        + (f"certificate {certificate}" if certificate else "no certificate"),
         markup=False,
     )
     if result["included"] is None:
