@@ -12,35 +12,55 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from rich.console import Console, ConsoleDimensions
-from rich.markup import escape
+from typing import TYPE_CHECKING, Any
 
 from kcert.errors import KcertError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    #: Human-facing text and progress go to stderr so that stdout stays parseable.
+    err_console: Console
+    #: Tables and results a person asked for.
+    out_console: Console
 
 #: Columns a console that is not a terminal lays text out in: wider than any line we write.
 PIPE_WIDTH = 4096
 
 
-class _Console(Console):
-    """A console that wraps at the terminal's width on a terminal and nowhere else."""
+def _make_consoles() -> None:
+    # Rich takes a good part of ``kcert --version``'s start: made on first use instead.
+    from rich.console import Console, ConsoleDimensions
 
-    @property
-    def size(self) -> ConsoleDimensions:
-        if self._width is None and not self.is_terminal:
-            return ConsoleDimensions(PIPE_WIDTH, 25)
-        return super().size
+    class _Console(Console):
+        """A console that wraps at the terminal's width on a terminal and nowhere else."""
 
-    @size.setter
-    def size(self, new_size: tuple[int, int]) -> None:
-        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+        @property
+        def size(self) -> ConsoleDimensions:
+            if self._width is None and not self.is_terminal:
+                return ConsoleDimensions(PIPE_WIDTH, 25)
+            return super().size
+
+        @size.setter
+        def size(self, new_size: tuple[int, int]) -> None:
+            Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+    globals().update(err_console=_Console(stderr=True, highlight=False),
+                     out_console=_Console(highlight=False))  # fmt: skip
 
 
-#: Human-facing text and progress go to stderr so that stdout stays parseable.
-err_console: Console = _Console(stderr=True, highlight=False)
-#: Tables and results a person asked for.
-out_console: Console = _Console(highlight=False)
+def __getattr__(name: str) -> Any:
+    if name in ("err_console", "out_console"):
+        _make_consoles()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _err() -> Console:
+    # Inside this module a bare name does not go through the module's __getattr__.
+    console: Console = __getattr__("err_console") if "err_console" not in globals() else (
+        globals()["err_console"])  # fmt: skip
+    return console
 
 
 def emit_json(value: Any) -> None:
@@ -51,9 +71,11 @@ def emit_json(value: Any) -> None:
 
 def emit_error(exc: KcertError, *, as_json: bool) -> None:
     """Show an error; with ``--json`` it is also the one object on stdout."""
+    from rich.markup import escape
+
     text = exc.diagnostics()
     # Messages quote spec text such as "[kernel.args]" or "f32[m, n]": not rich markup.
-    err_console.print(f"[bold red]error:[/] {escape(text)}", markup=True, soft_wrap=True)
+    _err().print(f"[bold red]error:[/] {escape(text)}", markup=True, soft_wrap=True)
     if as_json:
         emit_json({"error": {"type": exc.kind, "detail": text}})
 
@@ -65,8 +87,11 @@ def progress(label: str) -> Iterator[Callable[[str], None]]:
     On a terminal a spinner shows the latest step; elsewhere each step is one
     line (``label: step``), so a CI log shows where a slow run spends its time.
     """
-    if err_console.is_terminal:
-        with err_console.status(escape(label), spinner="dots") as status:
+    from rich.markup import escape
+
+    console = _err()
+    if console.is_terminal:
+        with console.status(escape(label), spinner="dots") as status:
             yield lambda text: status.update(f"{escape(label)}: {escape(text)}")
         return
     last: list[str] = []
@@ -75,6 +100,6 @@ def progress(label: str) -> Iterator[Callable[[str], None]]:
         if last and last[0] == text:
             return  # the same step again says nothing new
         last[:] = [text]
-        err_console.print(f"{label}: {text}", markup=False, highlight=False)
+        console.print(f"{label}: {text}", markup=False, highlight=False)
 
     yield step
