@@ -71,7 +71,10 @@ def _load(name: str) -> Command | None:
             module.register(scratch)
         commands = typer.main.get_group(scratch).commands
         for built, command in commands.items():
-            _LOADED.setdefault(built, command)
+            # Only where these modules are all of its owners: ``keys`` built for ``verify``
+            # alone would lack the registry's ``keys trust``.
+            if _OWNERS.get(built) == owners:
+                _LOADED.setdefault(built, command)
     return _LOADED.get(name)
 
 

@@ -121,3 +121,21 @@ def test_usage_errors_without_json_leave_stdout_empty() -> None:
     assert result.exit_code == 2
     assert result.stdout == ""
     assert "No such option: --bogus" in result.stderr
+
+
+def test_a_group_with_two_owners_is_whole_after_a_command_of_one_of_them() -> None:
+    # ``verify`` loads the attest commands alone; ``keys`` must still get the registry's own.
+    # A fresh interpreter: once any test imported the registry's commands, this cannot fail.
+    script = """
+from typer.testing import CliRunner
+from kcert.cli.app import app
+runner = CliRunner()
+assert runner.invoke(app, ["verify", "--help"]).exit_code == 0
+result = runner.invoke(app, ["keys", "--help"])
+print(result.exit_code, result.stdout)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    assert done.stdout.startswith("0 ")
+    listed = done.stdout.split("Commands:", 1)[1].splitlines()
+    assert {line.split()[0] for line in listed if line.strip()} == {"generate", "trust", "revoke"}
