@@ -1,7 +1,7 @@
 """Kernel certificates: sign a report, name, store, read and verify the envelope.
 
 A certificate is a DSSE envelope whose payload is an in-toto Statement v1
-with kcert's predicate (DESIGN.md, "The certificate"). Its id is ``sha256:``
+with kcert's predicate (docs/certificate.md). Its id is ``sha256:``
 of the DSSE PAE bytes (payload type and payload): exactly the bytes that are
 signed. Nothing a signature does not cover (a ``keyid`` hint, extra, repeated
 or reordered signatures, JSON layout, base64 spelling) changes the id, so the

@@ -33,3 +33,9 @@ class CertificateFormatError(VerificationError):
     """Bytes that are not a DSSE envelope at all (bad JSON, wrong shape, bad base64)."""
 
     kind = "bad-certificate"
+
+
+class OutputFileError(KcertError):
+    """A report or other output file that cannot be written where the user asked."""
+
+    kind = "cannot-write"

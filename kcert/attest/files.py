@@ -1,9 +1,12 @@
-"""Reading the small files of attestation (keys, certificates) with one set of errors."""
+"""Reading and writing the small files of attestation (keys, certificates, reports)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
+from kcert.attest.errors import OutputFileError
 from kcert.errors import KcertError
 
 
@@ -26,3 +29,15 @@ def read_bounded(path: Path, *, limit: int, what: str, error: type[KcertError]) 
     if len(data) > limit:
         raise error(f"{path} is too large to be a {what} file")
     return data
+
+
+def write_atomic(path: Path, data: bytes, *, what: str) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, then a rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise OutputFileError(f"cannot write {what} {path}: {exc.strerror}") from exc

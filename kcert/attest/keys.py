@@ -1,6 +1,6 @@
 """Ed25519 signing keys: generate, write safely, load, and name them.
 
-A key id is the hex SHA-256 of the raw 32-byte public key (DESIGN.md). The
+A key id is the hex SHA-256 of the raw 32-byte public key (docs/certificate.md). The
 private key is PKCS#8 PEM, encrypted when a passphrase is given (the CLI takes
 it from ``KCERT_KEY_PASSPHRASE``); the public key beside it, at ``PATH.pub``,
 is SubjectPublicKeyInfo PEM so that OpenSSL and securesystemslib read it too.

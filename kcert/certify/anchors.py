@@ -1,6 +1,6 @@
 """Anchors: content addresses of arrays, so that anyone can reproduce a probe's bytes.
 
-An anchor is ``sha256:<hex>`` over exactly the bytes DESIGN.md fixes::
+An anchor is ``sha256:<hex>`` over exactly these bytes (docs/certificate.md, "Anchors")::
 
     b"kcert-array-v1\\0" + dtype.str + b"\\0" + ",".join(map(str, shape)) + b"\\0"
     + the array's C-contiguous little-endian bytes

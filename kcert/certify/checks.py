@@ -39,6 +39,7 @@ of the other output checks, so that each failure names its own cause.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,7 +56,8 @@ from kcert.certify.conditions import (
 )
 from kcert.certify.execution import PaddedBuffer, RunJob
 from kcert.certify.executors.base import host_dtype
-from kcert.certify.report import ErrorMetrics
+from kcert.certify.profile import PROBE_BINS, element_levels, profile
+from kcert.certify.report import ErrorMetrics, ErrorProfile
 from kcert.certify.spec import FLOAT_DTYPES, BufferArg, Intent, KernelSpec, Launch
 from kcert.certify.tolerance import Allowance, float_info
 
@@ -227,7 +229,9 @@ def evaluate(ev: ProbeEvidence) -> ProbeResult:
             details["special-values"].setdefault(buf.name, {}).update(
                 {"lost": count, "first_lost_index": list(index)})
         metrics = compare(buf.dtype, data_a, ref, allowance, mask=written)
-        result.metrics[buf.name] = metrics
+        where = error_profile(buf.dtype, data_a, ref, allowance, unwritten=unwritten,
+                              budget=PROBE_BINS // max(1, len(ev.kernel.outputs)))  # fmt: skip
+        result.metrics[buf.name] = dataclasses.replace(metrics, profile=where)
         if metrics.bad_count:
             index = metrics.first_bad_index or ()
             correctness.append(
@@ -279,17 +283,9 @@ def compare(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
             allowance: Allowance, *, mask: np.ndarray[Any, Any] | None = None) -> ErrorMetrics:
     """Error metrics of ``got`` against ``ref`` (both in the output dtype) under ``allowance``."""
     mask = np.ones(got.shape, dtype=bool) if mask is None else mask
-    g = got.astype(np.float64)
-    r = ref.astype(np.float64)
-    allowed = np.broadcast_to(allowance.allowed, g.shape)
+    g, r, error, ok = _judge(dtype, got, ref, allowance)
     with np.errstate(all="ignore"):
-        error = np.abs(g - r)
         both_finite = np.isfinite(g) & np.isfinite(r)
-        ok = both_finite & (error <= allowed)
-        same_special = (np.isnan(g) & np.isnan(r)) | (np.isinf(g) & (g == r))
-        ok |= same_special
-        if dtype in FLOAT_DTYPES:
-            ok |= _overflow_excused(dtype, g, r, allowed)
         bad = mask & ~ok
         finite = mask & both_finite
         max_abs = float(error[finite].max()) if finite.any() else 0.0
@@ -302,6 +298,37 @@ def compare(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
     return ErrorMetrics(max_abs=max_abs, max_rel=max_rel, max_ulp=max_ulp, bad_count=count,
                         first_bad_index=_first(bad) if count else None,
                         atol=allowance.atol, rtol=allowance.rtol)  # fmt: skip
+
+
+def error_profile(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
+                  allowance: Allowance, *, unwritten: np.ndarray[Any, Any],
+                  budget: int = PROBE_BINS) -> ErrorProfile:  # fmt: skip
+    """Where ``got`` is off, as its error/allowed ratio binned over the output.
+
+    Judged exactly as :func:`compare` judges it; an element never written (it
+    holds the poison) is a failure, as coverage says.
+    """
+    _, _, error, ok = _judge(dtype, got, ref, allowance)
+    allowed = np.broadcast_to(allowance.allowed, error.shape)
+    with np.errstate(all="ignore"):
+        ratio = np.where(error == 0, 0.0, error / allowed)
+    levels = element_levels(ratio, ~ok | unwritten)
+    return profile(levels, got.shape, budget=budget)
+
+
+def _judge(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
+           allowance: Allowance) -> tuple[np.ndarray[Any, Any], ...]:  # fmt: skip
+    """``got`` and ``ref`` in float64, the absolute error, and which elements are within bounds."""
+    g = got.astype(np.float64)
+    r = ref.astype(np.float64)
+    allowed = np.broadcast_to(allowance.allowed, g.shape)
+    with np.errstate(all="ignore"):
+        error = np.abs(g - r)
+        ok = np.isfinite(g) & np.isfinite(r) & (error <= allowed)
+        ok |= (np.isnan(g) & np.isnan(r)) | (np.isinf(g) & (g == r))
+        if dtype in FLOAT_DTYPES:
+            ok |= _overflow_excused(dtype, g, r, allowed)
+    return g, r, error, ok
 
 
 def ulp(dtype: str, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

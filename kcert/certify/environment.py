@@ -1,9 +1,9 @@
 """The environment a kernel was certified in, its drift fingerprint, and the ``--hw`` check.
 
-The fields of DESIGN.md are read through CuPy (the CUDA runtime, NVRTC and
-cuBLAS) and NVML (nvidia-ml-py: the driver's version string and ECC mode). A
-run on the CPU through the Triton interpreter records the interpreter's stack
-instead, and its hardware class is ``cpu``.
+The fields docs/certificate.md lists under ``environment`` are read through
+CuPy (the CUDA runtime, NVRTC and cuBLAS) and NVML (nvidia-ml-py: the driver's
+version string and ECC mode). A run on the CPU through the Triton interpreter
+records the interpreter's stack instead, and its hardware class is ``cpu``.
 
 The fingerprint is ``sha256:`` of the RFC 8785 canonical JSON of the object
 ``{field: value}`` over the drift fields. :func:`fingerprint` is pure and needs

@@ -13,7 +13,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kcert.certify.build import Build, build_cuda, ptx_param_sizes
+from kcert.certify.entry import check_entry
 from kcert.certify.errors import BuildError
+from kcert.certify.feedback import compiler_error
 from kcert.certify.interpreter import static_hazards
 from kcert.certify.module_check import check_module
 from kcert.certify.report import CheckResult, Resources, Status
@@ -89,12 +91,13 @@ def lint(
     unless ``allow_module_code``; it raises
     :class:`~kcert.certify.module_check.ModuleCodeError` otherwise.
     """
+    check_entry(kernel)  # a spec error (exit 2), not a failed build
     if kernel.language == "triton" and not allow_module_code:
         check_module(kernel.code.main.data, kernel.code.main.name)
     try:
         builds = _builds(kernel, arch, sandbox)
     except BuildError as exc:
-        failed = CheckResult("build", Status.FAIL, exc.message, details={"log": exc.log})
+        failed = _failed_build(kernel, exc)
         skipped = CheckResult("artifact", Status.SKIP, "not checked: the build failed")
         return LintReport(kernel.name, kernel.language, arch, (), (failed, skipped))
     return LintReport(
@@ -104,6 +107,18 @@ def lint(
         builds,
         (_build_check(kernel, builds), _artifact_check(kernel, builds)),
     )
+
+
+def _failed_build(kernel: KernelSpec, exc: BuildError) -> CheckResult:
+    """The failed ``build`` check, with the compiler's own error at its source line."""
+    details: dict[str, Any] = {"log": exc.log}
+    message = exc.message
+    located = compiler_error(exc.log, kernel.code.main.data, kernel.code.main.name)
+    if located is not None:
+        details["compiler_error"] = located.to_json()
+        where = f" at {located.file}:{located.line}" if located.line is not None else ""
+        message += f": {located.error}{where}"
+    return CheckResult("build", Status.FAIL, message, details=details)
 
 
 def _builds(kernel: KernelSpec, arch: str, sandbox: bool) -> tuple[Build, ...]:

@@ -25,6 +25,7 @@ from kcert.certify import jail, spares
 from kcert.certify.anchors import anchor
 from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
 from kcert.certify.conditions import SCHEME, RunConditions, draw_conditions, stale_seed
+from kcert.certify.entry import check_entry
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.interpreter import blame, fail_build_on_bool_ops, static_hazards
@@ -111,6 +112,8 @@ class _Certifier:
         from kcert.certify.sandbox import check_executor, default_executor
 
         kernel, options = self.kernel, self.options
+        # a typo in ``entry`` is the spec's mistake (exit 2), never a failed build to sign
+        check_entry(kernel)
         executor = default_executor(kernel) if options.executor == "auto" else options.executor
         check_executor(kernel, executor)
         self.confinement = jail.confinement(
@@ -556,7 +559,9 @@ def _worst_metrics(ran: list[_ProbeOutcome]) -> dict[str, Any]:
         for name, metrics in outcome.record.metrics.items():
             if name not in worst or _score(metrics) > _score(worst[name]):
                 worst[name], where[name] = metrics, outcome.probe.id
-    return {name: {"probe": where[name], **m.to_json()} for name, m in worst.items()}
+    # the profile is in the probe's own metrics already: a second copy would only cost bytes
+    return {name: {"probe": where[name], **dataclasses.replace(m, profile=None).to_json()}
+            for name, m in worst.items()}  # fmt: skip
 
 
 def _score(metrics: ErrorMetrics) -> float:

@@ -2,8 +2,10 @@
 
 The reference is the user's own code, so it runs in the certifier's process,
 but nothing it does may turn into a traceback: an import error, an exception
-or an answer of the wrong shape becomes a :class:`ReferenceFailure` that says
-which function, which probe and what to fix.
+or an unusable answer becomes a :class:`ReferenceFailure` that says which
+function, which probe and what to fix. An answer of another shape than the
+spec declares is the spec's or the reference's mistake, a
+:class:`~kcert.certify.spec.SpecError`: it is never reshaped to fit.
 
 Float buffers reach the reference as float64 copies (a lossless widening), so
 a reference written plainly (``a @ b``) computes in double precision; integer
@@ -144,10 +146,13 @@ class Reference:
             raise ReferenceFailure(f"{where}: output '{out.name}' has dtype {array.dtype}; "
                                    "return numbers")  # fmt: skip
         if array.shape != shape:
-            if array.size != int(np.prod(shape)):
-                raise ReferenceFailure(f"{where}: output '{out.name}' has shape {array.shape}, "
-                                       f"the spec says {shape}")  # fmt: skip
-            array = array.reshape(shape)
+            if not _same_layout(array.shape, shape):
+                # reshaping a transpose to fit would blame the kernel for the reference's answer
+                raise self.kernel.error(
+                    "reference", f"{where}: output '{out.name}' was returned with shape "
+                    f"{array.shape}, but the spec declares {shape} "
+                    f"({out.spec_text()}); return it in the declared shape")  # fmt: skip
+            array = array.reshape(shape)  # only axes of length 1 differ: the same elements
         if out.dtype in FLOAT_DTYPES:
             return array.astype(np.float64)
         if out.dtype == "bool":
@@ -158,6 +163,11 @@ class Reference:
                 raise ReferenceFailure(f"{where}: integer output '{out.name}' has NaN or Inf")
             array = np.rint(array)
         return array.astype(target)
+
+
+def _same_layout(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
+    """Shapes that differ only in axes of length 1 hold the same elements in the same order."""
+    return [d for d in got if d != 1] == [d for d in want if d != 1]
 
 
 def _narrow_float(dtype: np.dtype[Any]) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 PREDICATE_TYPE = "https://kcert.dev/kernel-certificate/v1"
 
-#: Every check of DESIGN.md, in the order they are reported.
+#: Every check (docs/checks.md), in the order they are reported.
 CHECK_NAMES: tuple[str, ...] = (
     "build", "artifact", "launch", "correctness", "coverage", "bounds", "input-integrity",
     "determinism", "special-values", "fresh-probes", "timing", "sanitizer",
@@ -65,6 +65,39 @@ class ScopeNote:
         return {"kind": self.kind, "message": self.message}
 
 
+#: Profile levels, one character per bin (``ErrorProfile.levels``), in base64url order.
+PROFILE_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+#: Level of a bin whose largest error/allowed ratio is exactly 1 (the last passing level).
+PROFILE_BOUND_LEVEL = 48
+#: Levels per decade of the ratio.
+PROFILE_STEPS_PER_DECADE = 4
+#: Level of a bin holding a failure with no finite ratio: NaN, Inf, or never written.
+PROFILE_NONFINITE_LEVEL = 63
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorProfile:
+    """Where one output's error falls, as its error/allowed ratio over a coarse grid of bins.
+
+    The output is viewed as ``extent`` elements: ``(n,)`` when it has one axis longer
+    than 1, else ``(rows, cols)`` with every axis but the last folded into rows. Bin
+    ``i`` of an axis of ``e`` elements in ``b`` bins covers ``[i*e//b, (i+1)*e//b)``.
+    ``levels`` holds one character per bin, row-major, each a level of
+    :data:`PROFILE_ALPHABET` for the bin's largest ``|got - ref| / allowed``:
+    0 every element exact; ``k`` in 1..62 a ratio in
+    ``(10**((k-49)/4), 10**((k-48)/4)]`` (1 and 62 also hold everything beyond them);
+    63 a failure with no finite ratio. Levels above 48 are failures, and every
+    failing element puts its bin above 48.
+    """
+
+    extent: tuple[int, ...]
+    bins: tuple[int, ...]
+    levels: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"extent": list(self.extent), "shape": list(self.bins), "levels": self.levels}
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorMetrics:
     """How far one output of one probe is from the reference."""
@@ -76,9 +109,12 @@ class ErrorMetrics:
     first_bad_index: tuple[int, ...] | None
     atol: float
     rtol: float
+    #: Where the error falls; None where it was not recorded (older certificates).
+    profile: ErrorProfile | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        extra = {} if self.profile is None else {"profile": self.profile.to_json()}
+        return extra | {
             "max_abs": _finite(self.max_abs),
             "max_rel": _finite(self.max_rel),
             "max_ulp": _finite(self.max_ulp),
@@ -167,7 +203,7 @@ class BuildRecord:
 
 @dataclass(frozen=True, slots=True)
 class TimingResult:
-    """One timed callable (STYLE.md rule 9): unit-suffixed, never a sentinel."""
+    """One timed callable: unit-suffixed fields, never a sentinel that could pass for a time."""
 
     median_ms: float
     p99_ms: float
@@ -269,6 +305,13 @@ class CertificationReport:
 
     def first_failure(self) -> CheckResult | None:
         return next((c for c in self.checks if c.status is Status.FAIL), None)
+
+    def feedback(self) -> str:
+        """What failed, on which smallest shape and by how much, as text for a model or a
+        person to act on (:mod:`kcert.certify.feedback`); one line when it passed."""
+        from kcert.certify.feedback import report_feedback
+
+        return report_feedback(self)
 
     def predicate(self) -> dict[str, Any]:
         """The in-toto predicate (``PREDICATE_TYPE``) this report is signed as."""

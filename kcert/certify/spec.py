@@ -24,7 +24,7 @@ from kcert.certify.sources import (
     read_kernel_source,
 )
 from kcert.digest import Digest, canonical_json
-from kcert.errors import KcertError
+from kcert.errors import KcertError, UsageError
 
 SPEC_NAME = "kcert.toml"
 #: What ``kcert init`` writes where only the user can say; refused until replaced.
@@ -412,6 +412,31 @@ def resolve_kernel(path: Path, kernel: str | None = None) -> KernelSpec:
         return load_spec(path).kernel(kernel)
     spec = load_spec(find_spec(path))
     return spec.kernel(kernel, source=path)
+
+
+def resolve_kernels(path: Path, kernel: str | None = None) -> tuple[KernelSpec, ...]:
+    """Every kernel a CLI argument names: a spec (or its folder) holds, or one source has.
+
+    With ``kernel``, only that one. A source file stands for each ``[[kernel]]`` built
+    from it.
+    """
+    if not path.exists():
+        raise UsageError(f"{path} does not exist")
+    if path.is_dir():
+        path = path / SPEC_NAME
+        if not path.is_file():
+            raise UsageError(f"{path.parent} has no {SPEC_NAME}; name a spec or a kernel source")
+    if path.suffix == ".toml":
+        spec = load_spec(path)
+        return (spec.kernel(kernel),) if kernel else spec.kernels
+    if path.suffix not in (".cu", ".py"):
+        raise UsageError(f"{path} is neither a {SPEC_NAME} nor a kernel source (.cu or .py)")
+    spec = load_spec(find_spec(path))
+    if kernel:
+        return (spec.kernel(kernel, source=path),)
+    resolved = path.resolve()
+    found = tuple(k for k in spec.kernels if k.source.resolve() == resolved)
+    return found or (spec.kernel(source=path),)  # the latter raises, naming the spec
 
 
 def load_spec(path: Path) -> SpecFile:

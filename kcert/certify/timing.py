@@ -1,4 +1,4 @@
-"""The one timing routine (STYLE.md rule 9), its statistics, and the ``timing`` check.
+"""The one timing routine (after triton.testing.do_bench), its statistics, the ``timing`` check.
 
 How to call it (the sandbox's worker does this, in the child process, on the GPU)::
 

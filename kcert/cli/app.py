@@ -46,6 +46,8 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "keys": ("attest_cmds", "registry_cmds"),
     "verify": ("attest_cmds",),
     "diff": ("attest_cmds",),
+    "report": ("attest_cmds",),
+    "digest": ("digest_cmd",),
     "serve": ("registry_cmds",),
     "push": ("registry_cmds",),
     "gate": ("registry_cmds",),

@@ -30,6 +30,7 @@ from kcert.attest.diff import (
     diff_certificates,
 )
 from kcert.attest.errors import CertificateFormatError, VerificationError
+from kcert.attest.files import write_atomic
 from kcert.attest.keys import (
     PASSPHRASE_ENV,
     load_public_key,
@@ -169,6 +170,54 @@ def diff_command(
     raise typer.Exit(EXIT_FAIL if fail_on_regression and result.regressed else EXIT_OK)
 
 
+def report_command(
+    cert: Annotated[Path, typer.Argument(help="The certificate (DSSE envelope JSON).")],
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Write one self-contained HTML page.")
+    ] = None,
+    key: Annotated[
+        Path | None, typer.Option("--key", help="Verify the signature with this public key first.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a certificate: verdict, checks, environment and where each probe's error falls.
+
+    Without --key the signature is not checked, and the report says so. Exit 0;
+    1 when --key is given and the signature does not verify; 2 when the file
+    cannot be read.
+    """
+    from kcert.attest.html_report import render_html
+
+    try:
+        contents = _read(cert, key)
+    except CertificateFormatError:
+        raise
+    except VerificationError as exc:
+        if as_json:
+            emit_json({"valid": False, "certificate": str(cert), "reason": exc.diagnostics()})
+        err_console.print(f"[bold red]invalid:[/] {escape(exc.diagnostics())}", soft_wrap=True)
+        raise typer.Exit(EXIT_FAIL) from None
+    keyid = contents.keyid if isinstance(contents, VerifiedCertificate) else None
+    if html is not None:
+        write_atomic(html, render_html(contents, keyid=keyid).encode(), what="HTML report")
+    if as_json:
+        emit_json({"id": str(contents.id), "kernel": contents.kernel_name,
+                   "verdict": str(contents.verdict), "signature_verified": keyid is not None,
+                   "keyid": keyid, "html": None if html is None else str(html)})  # fmt: skip
+        return
+    checks = contents.predicate["checks"]
+    failed = [str(c["name"]) for c in checks if c["status"] == "fail"]
+    out_console.print(f"certificate {contents.id}", markup=False, soft_wrap=True)
+    out_console.print(
+        f"kernel {escape(contents.kernel_name)}, verdict "
+        f"{'[bold red]fail[/]' if failed else '[green]pass[/]'}, {len(checks)} checks"
+        + (f", failed: {escape(', '.join(failed))}" if failed else ""), soft_wrap=True)
+    if keyid is None:
+        err_console.print("signature not verified (pass --key to check it)", markup=False)
+    if html is not None:
+        err_console.print(f"wrote {html}", markup=False)
+
+
 def _read(path: Path, key: Path | None) -> CertificateContents:
     if key is None:
         return inspect_envelope(read_certificate(path))
@@ -245,3 +294,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(keys_app, name="keys")
     app.command("verify")(verify_command)
     app.command("diff")(diff_command)
+    app.command("report")(report_command)

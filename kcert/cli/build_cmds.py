@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -10,36 +11,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from kcert.certify.build import DEFAULT_HW, arch_for_hw, check_arch
+from kcert.certify.ci import KernelOutcome, check_targets, write_outputs
 from kcert.certify.lint import LintReport, lint
 from kcert.certify.report import Status
 from kcert.certify.scaffold import scaffold
-from kcert.certify.spec import SPEC_NAME, KernelSpec, find_spec, load_spec
+from kcert.certify.spec import resolve_kernels
 from kcert.cli.app import EXIT_FAIL, EXIT_OK
+from kcert.cli.ci_options import JUnitOption, SarifOption
 from kcert.cli.output import emit_json, err_console, out_console
-from kcert.errors import UsageError
 
 _LOG_LINES = 30
-
-
-def _kernels(path: Path, name: str | None) -> list[KernelSpec]:
-    """Every kernel a spec file holds, or the ones built from one source file."""
-    if not path.exists():
-        raise UsageError(f"{path} does not exist")
-    if path.is_dir():
-        path = path / SPEC_NAME
-        if not path.is_file():
-            raise UsageError(f"{path.parent} has no {SPEC_NAME}; name a spec or a kernel source")
-    if path.suffix == ".toml":
-        spec = load_spec(path)
-        return [spec.kernel(name)] if name else list(spec.kernels)
-    if path.suffix not in (".cu", ".py"):
-        raise UsageError(f"{path} is neither a kcert.toml nor a kernel source (.cu or .py)")
-    spec = load_spec(find_spec(path))
-    if name:
-        return [spec.kernel(name, source=path)]
-    resolved = path.resolve()
-    found = [k for k in spec.kernels if k.source.resolve() == resolved]
-    return found or [spec.kernel(source=path)]  # the latter raises, naming the spec
 
 
 def _figure(report: LintReport, attribute: str) -> str:
@@ -98,6 +79,8 @@ def lint_command(
     arch: Annotated[str | None, typer.Option("--arch", help="Target, e.g. sm_90.")] = None,
     hw: Annotated[str, typer.Option("--hw", help="Hardware class; picks the arch.")] = DEFAULT_HW,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    junit: JUnitOption = None,
+    sarif: SarifOption = None,
     no_sandbox: Annotated[bool, typer.Option(
         "--no-sandbox", help="Compile without the sandbox: trusted code only.")] = False,
     allow_module_code: Annotated[bool, typer.Option(
@@ -106,13 +89,18 @@ def lint_command(
 ) -> None:
     """Build the kernel(s) and check registers, spills, memory and PTX patterns (no GPU)."""
     target = check_arch(arch) if arch else arch_for_hw(hw)
-    kernels = _kernels(path, kernel)
-    reports = []
+    kernels = resolve_kernels(path, kernel)
+    outputs = {"junit": junit, "sarif": sarif}
+    check_targets(outputs)
+    reports, outcomes = [], []
     for spec in kernels:
         if not as_json:
             err_console.print(f"building {spec.name} for {target} ...", markup=False)
+        started = time.monotonic()
         reports.append(lint(spec, arch=target, sandbox=not no_sandbox,
                             allow_module_code=allow_module_code))
+        outcomes.append(KernelOutcome.linted(spec, reports[-1], time.monotonic() - started))
+    write_outputs(outputs, outcomes, command="lint")
     ok = all(r.ok for r in reports)
     if as_json:
         emit_json(

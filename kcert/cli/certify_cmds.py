@@ -1,7 +1,11 @@
-"""``kcert certify``: run the whole check catalogue and, with ``--key``, sign the result."""
+"""``kcert certify``: run the whole check catalogue and, with ``--key``, sign the result.
+
+One kernel is shown here; a spec with several goes to :mod:`kcert.cli.certify_many`.
+"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -9,23 +13,26 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from kcert.certify.ci import KernelOutcome, check_targets, write_outputs
 from kcert.certify.execution import EXECUTORS
 from kcert.certify.pipeline import DEFAULT_DEADLINE_S, CertifyOptions, certify
 from kcert.certify.report import CertificationReport, Status, Verdict
 from kcert.certify.sanitizer import parse_tools
 from kcert.certify.spares import discard_spares
-from kcert.certify.spec import resolve_kernel
+from kcert.certify.spec import resolve_kernels
 from kcert.cli.app import EXIT_FAIL, EXIT_OK
+from kcert.cli.ci_options import JUnitOption, SarifOption
 from kcert.cli.output import emit_json, err_console, out_console, progress
 from kcert.errors import UsageError
 
-_MESSAGE_WIDTH = 110
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
 
 
 def certify_command(
-    path: Annotated[Path, typer.Argument(help="A kcert.toml, or a kernel source beside one.")],
-    kernel: Annotated[str | None, typer.Option("--kernel", help="Which [[kernel]].")] = None,
+    path: Annotated[Path, typer.Argument(
+        help="A kcert.toml (or its folder), or a kernel source beside one.")],
+    kernel: Annotated[str | None, typer.Option(
+        "--kernel", help="Which [[kernel]] (default: every one the spec or source has).")] = None,
     executor: Annotated[str, typer.Option(
         "--executor", help="auto, cuda, triton or triton-interpreter (the CPU).")] = "auto",
     hw: Annotated[str | None, typer.Option(
@@ -36,7 +43,8 @@ def certify_command(
         "it the checks run and are shown, and nothing is written.")] = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Where to write the certificate (needs --key; default: "
-        "KERNEL.cert.json).")] = None,
+        "KERNEL.cert.json); with several kernels, a folder for each passing one's "
+        "KERNEL.cert.json.")] = None,
     max_probes: Annotated[int | None, typer.Option(
         "--max-probes", min=1, help="Cap the fixed probe set (default: the spec's).")] = None,
     deadline: Annotated[float, typer.Option(
@@ -47,7 +55,10 @@ def certify_command(
         help="Also run a probe or two under compute-sanitizer tools (CUDA C on a GPU), e.g. "
              "memcheck,racecheck,initcheck; their findings go into the certificate.",
     )] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object (a list of them for several kernels).")] = False,
+    junit: JUnitOption = None,
+    sarif: SarifOption = None,
     no_sandbox: Annotated[bool, typer.Option(
         "--no-sandbox", help="Run kernel code without the sandbox: trusted code only "
         "(recorded; a registry refuses such certificates by default).")] = False,
@@ -60,17 +71,27 @@ def certify_command(
         raise UsageError(f"unknown executor '{executor}'; pick one of auto, {', '.join(EXECUTORS)}")
     if out is not None and key is None:
         raise UsageError("--out writes a signed certificate: give the signing key with --key")
-    spec = resolve_kernel(path, kernel)
+    kernels = resolve_kernels(path, kernel)
     if key is not None and not key.is_file():
         raise UsageError(f"--key {key}: no such file")
+    outputs = {"junit": junit, "sarif": sarif}
+    check_targets(outputs)
     tools = parse_tools(sanitize) if sanitize is not None else ()
     options = CertifyOptions(executor=executor, hw=hw, max_probes=max_probes, deadline_s=deadline,
                              sandbox=not no_sandbox, allow_module_code=allow_module_code,
                              sanitize=tools)  # fmt: skip
+    if len(kernels) > 1:
+        from kcert.cli.certify_many import certify_many
+
+        certify_many(kernels, options, key=key, out=out, as_json=as_json, outputs=outputs)
+    spec = kernels[0]
+    started = time.monotonic()
     with progress(f"certifying {spec.name}") as step:
         report = certify(spec, options, progress=step)
     # the key is read last, once no process that ran or compiled kernel code is alive
     discard_spares()
+    write_outputs(outputs, [KernelOutcome.certified(spec, report, time.monotonic() - started)],
+                  command="certify")  # fmt: skip
     signing_key = _load_key(key) if key is not None else None
     certificate: str | None = None
     certificate_id: str | None = None
@@ -125,6 +146,8 @@ def _summary(report: CertificationReport, certificate: str | None,
         "largest_elements": report.largest_elements,
         "certificate": certificate,
         "certificate_id": certificate_id,
+        # what a refine loop feeds back to the model: failures, smallest shapes, compiler errors
+        "feedback": report.feedback(),
     }  # fmt: skip
 
 
@@ -135,11 +158,10 @@ def _show(report: CertificationReport, certificate: str | None, certificate_id: 
     for column in ("check", "status", "probe", "message"):
         table.add_column(column, overflow="fold")
     for check in report.checks:
-        message = check.message if len(check.message) <= _MESSAGE_WIDTH else (
-            check.message[: _MESSAGE_WIDTH - 3] + "...")  # fmt: skip
         style = _STYLE[check.status]
+        # the whole message, wrapped: a cut one loses the expected value and the error
         table.add_row(check.name, f"[{style}]{check.status}[/]", escape(check.probe or "-"),
-                      escape(message))  # fmt: skip
+                      escape(check.message))  # fmt: skip
     out_console.print(table)
     for name, dims in report.minimized.items():
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
@@ -158,6 +180,10 @@ def _show(report: CertificationReport, certificate: str | None, certificate_id: 
         out_console.print(f"largest buffer probed: {report.largest_elements} elements",
                           markup=False)  # fmt: skip
     verdict = report.verdict
+    if verdict is Verdict.FAIL:
+        out_console.print("")
+        out_console.print(report.feedback(), markup=False, highlight=False, soft_wrap=True)
+        out_console.print("")
     style = "green" if verdict is Verdict.PASS else "bold red"
     out_console.print(f"verdict: [{style}]{verdict}[/]")
     if certificate is not None:

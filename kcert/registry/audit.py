@@ -52,7 +52,7 @@ MAX_ENTRIES_PAGE = 1000
 #: File name of the log's signing key inside ``KCERT_HOME``.
 LOG_KEY_FILE = "log-key.pem"
 
-# The event kinds of DESIGN.md ("Every state change ... is a leaf").
+# The event kinds of docs/log.md ("Leaf types"): every state change is a leaf.
 CERTIFICATE_STORED = "certificate.stored"
 CERTIFICATE_REVOKED = "certificate.revoked"
 #: Signatures by further trusted keys merged into a stored certificate.

@@ -1,9 +1,10 @@
 """The registry's tables and the models its API reads and writes.
 
-One family per table (STYLE.md rule 5): ``XBase`` holds the shared fields,
+One family per table, so a client never sees a row's private fields:
+``XBase`` holds the shared fields,
 ``XCreate`` is what a client sends, ``X(table=True)`` is the row and
 ``XPublic`` is what a client gets back. The schema itself is made only by the
-Alembic migrations in ``alembic/versions``; these classes describe it.
+Alembic migrations in ``kcert/registry/migrations/versions``; these classes describe it.
 """
 
 from __future__ import annotations

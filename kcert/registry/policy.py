@@ -8,7 +8,8 @@ database or a clock: :func:`decide_promotion` sees only :class:`PromotionInputs`
 which the registry records in the audit log next to the decision. That is what
 lets ``kcert audit replay N`` rebuild the inputs from a leaf and decide again.
 
-An empty combination is an error, never an allow (STYLE.md rule 4).
+An empty combination is an error, never an allow: a policy that forgot its
+checks must deny, not grant everything.
 
 Every policy version this kcert has ever decided with stays in :data:`POLICIES`,
 unchanged: inputs carry the version they were recorded under, and are decided
@@ -279,7 +280,8 @@ def made_in_sandbox(ctx: Context) -> None:
         )
 
 
-#: A certificate is valid for a target when all of these hold (DESIGN.md, "The registry").
+#: A certificate is valid for a target when all of these hold (docs/api.md, "Validity,
+#: promotion and the gate").
 CERTIFICATE_VALID: Check = all_of(
     signed_by_trusted_key, not_revoked, verdict_passes, hardware_matches, fingerprint_matches,
     made_in_sandbox,

@@ -1,4 +1,4 @@
-"""Anchors are sha256 over exactly the bytes DESIGN.md fixes."""
+"""Anchors are sha256 over exactly the bytes docs/certificate.md fixes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The registry end to end, through both doors on one database, on SQLite and PostgreSQL.
 
 The CLI (embedded registry) and the HTTP API share one database: what one
-door writes the other reads. The flow is DESIGN.md's: push, trust, target,
+door writes the other reads. The flow is the README tour's: push, trust, target,
 promote, gate allow, drift, gate deny, 409 on promotion; then the audit log
 holds a leaf for every change and every promotion leaf re-decides the same.
 """
