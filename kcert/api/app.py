@@ -18,7 +18,14 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from kcert import __version__
-from kcert.api import openapi, routes_certificates, routes_health, routes_targets, routes_tokens
+from kcert.api import (
+    openapi,
+    routes_certificates,
+    routes_health,
+    routes_observations,
+    routes_targets,
+    routes_tokens,
+)
 from kcert.api.body import JsonBodyMiddleware
 from kcert.api.problems import EXCEPTION_HANDLERS, BodyLimitMiddleware, LastResortMiddleware
 from kcert.registry.audit import log_signer
@@ -74,6 +81,7 @@ def create_app(
     app.include_router(routes_certificates.router, tags=["certificates"])
     app.include_router(routes_targets.router, tags=["targets"])
     app.include_router(routes_tokens.router, tags=["tokens"])
+    app.include_router(routes_observations.router, tags=["observations"])
     app.include_router(routes_health.router, tags=["log"])
     log_router = _log_router()
     if log_router is not None:
@@ -82,7 +90,10 @@ def create_app(
     # Added last, so outermost: the cap applies before routing and before the body checks
     # (UTF-8 JSON, depth, NUL), the last resort around all.
     app.add_middleware(JsonBodyMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+        per_path={"/v1/observations": settings.observation_max_body_bytes},
+    )  # fmt: skip
     app.add_middleware(LastResortMiddleware)
     return app
 

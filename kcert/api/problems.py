@@ -35,6 +35,7 @@ log = logging.getLogger("kcert.api")
 STATUS: Mapping[type[KcertError], int] = {
     reg.NotFound: 404,
     reg.InvalidInput: 422,
+    reg.TooLarge: 413,
     reg.CertificateRejected: 422,
     reg.KeyConflict: 409,
     reg.Unauthenticated: 401,
@@ -178,15 +179,20 @@ class BodyLimitMiddleware:
     is counted as it arrives and refused when it crosses the cap.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, per_path: Mapping[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        #: Exact paths with a cap of their own (``POST /v1/observations`` carries evidence).
+        self.per_path = dict(per_path or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_big = f"request bodies are limited to {self.max_bytes} bytes"
+        max_bytes = self.per_path.get(scope.get("path", ""), self.max_bytes)
+        too_big = f"request bodies are limited to {max_bytes} bytes"
         framed = False
         for name, value in scope.get("headers", ()):
             if name == b"transfer-encoding":
@@ -198,7 +204,7 @@ class BodyLimitMiddleware:
                 except ValueError:
                     await _send_problem(send, 400, "bad-request", "invalid Content-Length")
                     return
-                if declared > self.max_bytes:
+                if declared > max_bytes:
                     await _send_problem(send, 413, "body-too-large", too_big)
                     return
         if not framed:
@@ -216,7 +222,7 @@ class BodyLimitMiddleware:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
+            if size > max_bytes:
                 await _send_problem(send, 413, "body-too-large", too_big)
                 return
             chunks.append(chunk)

@@ -63,7 +63,10 @@ def get_target(name: TargetPath, session: ReadSessionDep) -> TargetPublic:
 )
 def promote(body: PromotionCreate, session: SessionDep) -> PromotionPublic:
     """Promote a kernel to a target: granted only with a valid certificate; always logged."""
-    return decisions.promote(session=session, kernel=Digest.parse(body.kernel), target=body.target)
+    replaces = Digest.parse(body.replaces) if body.replaces else None
+    return decisions.promote(
+        session=session, kernel=Digest.parse(body.kernel), target=body.target, replaces=replaces
+    )
 
 
 @router.get("/promotions", dependencies=[Reader])

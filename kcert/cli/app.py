@@ -36,8 +36,9 @@ EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
 
-#: The module (under ``kcert.cli``) that registers each top-level command. ``keys`` has two:
-#: the registry's module adds ``keys trust`` and ``keys revoke`` to the attest module's group.
+#: The module (under ``kcert.cli``) that registers each top-level command. ``keys`` and
+#: ``target`` have two: the registry's module adds ``keys trust`` and ``keys revoke`` to the
+#: attest module's group, and the perf module adds ``target policy`` to the registry's.
 _OWNERS: dict[str, tuple[str, ...]] = {
     "init": ("build_cmds",),
     "lint": ("build_cmds",),
@@ -53,10 +54,11 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "gate": ("registry_cmds",),
     "promote": ("registry_cmds",),
     "revoke": ("registry_cmds",),
-    "target": ("registry_cmds",),
+    "target": ("registry_cmds", "perf_cmds"),
     "token": ("registry_cmds",),
     "audit": ("audit_cmds",),
     "witness": ("witness_cmds",),
+    "perf": ("perf_cmds",),
 }
 #: Click commands already built, by name: building one imports its module.
 _LOADED: dict[str, Command] = {}

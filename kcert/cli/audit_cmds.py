@@ -45,6 +45,7 @@ from kcert.log.monitor import AuditResult, AuditState, Finding, audit_log, state
 from kcert.log.note import Checkpoint, Verifier, open_checkpoint
 from kcert.log.proofs import verify_inclusion
 from kcert.log.replay import (
+    MISMATCH_KIND,
     AnchorDifference,
     DecisionReplay,
     EnvelopeFetcher,
@@ -333,7 +334,9 @@ def replay(
     ] = False,
     spec: Annotated[
         Path | None,
-        typer.Option("--spec", help="With --rerun: the kernel's kcert.toml or source file."),
+        typer.Option("--spec", help="With --rerun, or for a runtime mismatch: the kernel's "
+                     "kcert.toml or source file (a mismatch's evidence is re-checked with its "
+                     "reference)."),
     ] = None,
     kernel: Annotated[
         str | None, typer.Option("--kernel", help="With --rerun: the [[kernel]] name.")
@@ -359,6 +362,19 @@ def replay(
     if allow_unverified and not every:
         raise UsageError("--allow-unverified goes with --all")
     source, home = open_source(registry)
+    try:
+        _replay_one(source, home, index, rerun=rerun, spec=spec, kernel=kernel,
+                    json_out=json_out, allow_unverified=allow_unverified)  # fmt: skip
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:  # an HTTP source holds a connection pool
+            close()
+
+
+def _replay_one(
+    source: LogSource, home: Path, index: int | None, *, rerun: bool,
+    spec: Path | None, kernel: str | None, json_out: bool, allow_unverified: bool,
+) -> None:  # fmt: skip
     if index is None:
         _replay_all(source, home, json_out, allow_unverified)
     try:
@@ -378,12 +394,19 @@ def replay(
     decision = replay_decision(leaf)
     fetch = _fetcher(source)
     objects = check_candidates(leaf, fetch)
-    anchors = _rerun(leaf, decision, fetch, spec, kernel) if rerun else None
+    recheck: dict[str, Any] | None = None
+    anchors = None
+    if leaf.kind == MISMATCH_KIND:
+        if rerun or spec is not None:
+            recheck = _recheck_mismatch(leaf, source, spec, kernel)
+    elif rerun:
+        anchors = _rerun(leaf, decision, fetch, spec, kernel)
     same = (
         decision.same
         and included is not False
         and all(o.status != "differs" for o in objects)
         and not anchors
+        and (recheck is None or recheck["same"])
     )
     result: dict[str, Any] = {
         "index": index,
@@ -395,6 +418,7 @@ def replay(
         "differences": list(decision.differences),
         "objects": [o.to_json() for o in objects],
         "rerun": None if anchors is None else [a.to_json() for a in anchors],
+        "recheck": recheck,
     }
     if json_out:
         emit_json(result)
@@ -739,16 +763,57 @@ def _rerun(
     return compare_anchors(probes["items"], [p.to_json() for p in report.probes])
 
 
+def _recheck_mismatch(
+    leaf: Leaf, source: LogSource, spec: Path | None, kernel_name: str | None
+) -> dict[str, Any]:
+    """Run the spec's reference on a mismatch's evidence, fetched and held against the leaf."""
+    from kcert.certify.spec import resolve_kernel
+    from kcert.registry.evidence import recheck, served_arrays
+
+    if spec is None:
+        raise UsageError("re-checking a mismatch needs --spec PATH: the kernel's kcert.toml")
+    mismatch = leaf.payload.get("mismatch")
+    if not isinstance(mismatch, dict) or not isinstance(mismatch.get("evidence"), dict):
+        return {"same": True, "reproduced": None,
+                "notes": ["the mismatch came without evidence: nothing to re-check"]}  # fmt: skip
+    fetch = getattr(source, "mismatch_evidence", None)
+    served = fetch(int(leaf.payload["mismatch_id"])) if fetch is not None else None
+    if served is None:
+        raise UsageError(f"the registry did not serve the evidence of entry {leaf.index} "
+                         "(set KCERT_TOKEN to a token with gate:read)")  # fmt: skip
+    arrays, notes = served_arrays(served, mismatch["evidence"])
+    kernel = resolve_kernel(spec, kernel_name)
+    if str(kernel.code.digest) != leaf.payload.get("kernel"):
+        raise UsageError(f"{kernel.source} is not the kernel of entry {leaf.index} "
+                         f"({leaf.payload.get('kernel')})")  # fmt: skip
+    result = recheck(kernel, mismatch, arrays)
+    return {"same": not notes and result.reproduced is not False,
+            "reproduced": result.reproduced, "notes": [*notes, *result.notes]}  # fmt: skip
+
+
 def _show_replay(result: dict[str, Any]) -> None:
     verdict = "SAME decision" if result["same"] else "DIFFERENT"
     out_console.print(f"entry {result['index']} ({result['kind']}): {verdict}", markup=False)
-    allow = result["replayed"].get("allow")
-    certificate = result["replayed"].get("certificate")
-    out_console.print(
-        f"  replayed: {'allow' if allow else 'deny'}, "
-        + (f"certificate {certificate}" if certificate else "no certificate"),
-        markup=False,
-    )
+    if result["kind"] == MISMATCH_KIND:
+        action = "suspend" if result["replayed"].get("suspend") else "record"
+        out_console.print(f"  replayed: {action}", markup=False)
+        for reason in result["replayed"].get("reasons", []):
+            out_console.print(f"    {reason}", markup=False, soft_wrap=True)
+    else:
+        allow = result["replayed"].get("allow")
+        certificate = result["replayed"].get("certificate")
+        out_console.print(
+            f"  replayed: {'allow' if allow else 'deny'}, "
+            + (f"certificate {certificate}" if certificate else "no certificate"),
+            markup=False,
+        )
+    check = result.get("recheck")
+    if check is not None:
+        state = {True: "the mismatch is reproduced", False: "NOT reproduced",
+                 None: "not decided"}[check["reproduced"]]  # fmt: skip
+        out_console.print(f"  re-check on the evidence: {state}", markup=False)
+        for note in check["notes"]:
+            out_console.print(f"    {note}", markup=False, soft_wrap=True)
     if result["included"] is None:
         out_console.print("  not authenticated: no log key is pinned (run kcert audit verify)")
     elif result["included"] is False:

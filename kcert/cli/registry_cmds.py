@@ -153,12 +153,18 @@ def promote_command(
     kernel: KernelOption,
     target: TargetOption,
     registry: RegistryOption = None,
+    replaces: Annotated[
+        str | None,
+        typer.Option("--replaces", help="The kernel this one replaces on the target: the "
+                     "target's p99 policy holds the canary's latency against it."),
+    ] = None,
     as_json: JsonOption = False,
-) -> None:
+) -> None:  # fmt: skip
     """Promote a kernel to a target. Exit 0 granted, 1 denied (with every reason)."""
     try:
         with _registry(registry) as reg:
-            promotion = reg.promote(_kernel(kernel), target)
+            old = _kernel(replaces) if replaces is not None else None
+            promotion = reg.promote(_kernel(kernel), target, old)
     except PromotionDenied as exc:
         if as_json:
             emit_json({"granted": False, "kernel": kernel, "target": target,

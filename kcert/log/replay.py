@@ -1,5 +1,8 @@
 """Replaying logged decisions, and comparing a re-run's anchors with the recorded ones.
 
+A runtime mismatch (``observation.mismatch``) is re-decided the same way, by
+:func:`kcert.registry.runtime_policy.decide_mismatch`.
+
 A promotion leaf (``promotion.granted``, ``promotion.denied``,
 ``promotion.suspended``) carries ``{"inputs": PromotionInputs.to_json(),
 "decision": Decision.to_json(), ...}``. :func:`replay_decision` rebuilds the
@@ -27,6 +30,8 @@ from kcert.log.errors import LogError
 from kcert.log.leaf import Leaf
 
 DECISION_KINDS = ("promotion.granted", "promotion.denied", "promotion.suspended")
+#: A runtime mismatch records what it did (record or suspend) and the inputs of that.
+MISMATCH_KIND = "observation.mismatch"
 
 
 class ReplayError(LogError):
@@ -50,16 +55,39 @@ def replay_decision(leaf: Leaf) -> DecisionReplay:
     """Decide ``leaf``'s promotion again from its recorded inputs alone."""
     from kcert.registry.policy import PromotionInputs, decide_promotion
 
+    if leaf.kind == MISMATCH_KIND:
+        return _replay_mismatch(leaf)
     if leaf.kind not in DECISION_KINDS:
         raise ReplayError(
             f"entry {leaf.index} records {leaf.kind!r}, not a decision; replay re-decides "
-            f"entries of kind {', '.join(DECISION_KINDS)}"
+            f"entries of kind {', '.join((*DECISION_KINDS, MISMATCH_KIND))}"
         )
     inputs, recorded = leaf.payload.get("inputs"), leaf.payload.get("decision")
     if not isinstance(inputs, Mapping) or not isinstance(recorded, Mapping):
         raise ReplayError(f"entry {leaf.index} lacks its recorded inputs or decision")
     try:
         replayed = decide_promotion(PromotionInputs.from_json(inputs)).to_json()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplayError(f"entry {leaf.index} has malformed inputs: {exc!r}") from exc
+    except KcertError as exc:
+        raise ReplayError(f"entry {leaf.index} cannot be re-decided: {exc.diagnostics()}") from exc
+    differences = tuple(
+        f"{key}: recorded {recorded.get(key)!r}, replayed {replayed.get(key)!r}"
+        for key in sorted(set(recorded) | set(replayed))
+        if _json(recorded.get(key)) != _json(replayed.get(key))
+    )
+    return DecisionReplay(recorded, replayed, differences)
+
+
+def _replay_mismatch(leaf: Leaf) -> DecisionReplay:
+    """Decide a runtime mismatch's action again (:mod:`kcert.registry.runtime_policy`)."""
+    from kcert.registry.runtime_policy import MismatchInputs, decide_mismatch
+
+    inputs, recorded = leaf.payload.get("inputs"), leaf.payload.get("decision")
+    if not isinstance(inputs, Mapping) or not isinstance(recorded, Mapping):
+        raise ReplayError(f"entry {leaf.index} lacks its recorded inputs or decision")
+    try:
+        replayed = decide_mismatch(MismatchInputs.from_json(inputs)).to_json()
     except (KeyError, TypeError, ValueError) as exc:
         raise ReplayError(f"entry {leaf.index} has malformed inputs: {exc!r}") from exc
     except KcertError as exc:

@@ -46,12 +46,15 @@ class HttpLogSource:
         self, base_url: str, *, client: httpx.Client | None = None, token: str | None = None
     ) -> None:
         self.label = base_url.rstrip("/")
+        #: A client the caller passed stays the caller's to close.
+        self._owns_client = client is None
         self._client = client or httpx.Client(timeout=30.0)
         #: Sent only where the registry needs it (certificates), never to the log routes.
         self._token = token
 
     def close(self) -> None:
-        self._client.close()
+        if self._owns_client:
+            self._client.close()
 
     def _get(self, path: str, params: dict[str, int] | None = None) -> httpx.Response:
         url = f"{self.label}/v1/log/{path}"
@@ -100,6 +103,17 @@ class HttpLogSource:
         """A stored certificate (not a log route: it needs a token with read scope)."""
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         url = f"{self.label}/v1/certificates/{certificate}/envelope"
+        try:
+            response = self._client.get(url, headers=headers)
+            value = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def mismatch_evidence(self, mismatch_id: int) -> dict[str, Any] | None:
+        """A runtime mismatch's evidence (``GET /v1/observations/mismatches/{id}/evidence``)."""
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        url = f"{self.label}/v1/observations/mismatches/{int(mismatch_id)}/evidence"
         try:
             response = self._client.get(url, headers=headers)
             value = response.json() if response.status_code == 200 else None

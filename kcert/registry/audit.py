@@ -68,6 +68,10 @@ PROMOTION_DENIED = "promotion.denied"
 PROMOTION_SUSPENDED = "promotion.suspended"
 TOKEN_CREATED = "token.created"
 TOKEN_REVOKED = "token.revoked"
+#: A target's runtime policy set (what a confirmed mismatch does, the latency limit).
+TARGET_POLICY = "target.policy"
+#: A runtime mismatch reported by ``kcert.guard``, with what it did (record or suspend).
+OBSERVATION_MISMATCH = "observation.mismatch"
 
 _KIND = re.compile(r"^[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)*$")
 
@@ -296,6 +300,16 @@ class DatabaseLogSource:
     def consistency_proof(self, first: int, second: int) -> list[bytes]:
         with self._session() as session:
             return consistency_proof(session, first, second)
+
+    def mismatch_evidence(self, mismatch_id: int) -> dict[str, Any] | None:
+        """A runtime mismatch's evidence, as ``GET .../mismatches/{id}/evidence`` serves it."""
+        from kcert.registry.observations import get_evidence
+
+        with read_session(self._engine) as session:
+            try:
+                return get_evidence(session=session, mismatch_id=int(mismatch_id))
+            except KcertError:
+                return None
 
     def certificate_envelope(self, certificate: str) -> dict[str, Any] | None:
         """The stored envelope of ``certificate``, or ``None`` when there is none."""

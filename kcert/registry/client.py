@@ -15,7 +15,15 @@ from sqlalchemy.orm import Session
 
 from kcert.attest.dsse import Envelope
 from kcert.digest import Digest
-from kcert.registry import certificates, decisions, keys, targets, tokens
+from kcert.registry import (
+    certificates,
+    decisions,
+    keys,
+    observations,
+    perf,
+    targets,
+    tokens,
+)
 from kcert.registry.config import Settings
 from kcert.registry.db import engine_for, ensure_migrated, read_session, write_session
 from kcert.registry.models import (
@@ -32,6 +40,13 @@ from kcert.registry.models import (
     TrustedKeyCreate,
     TrustedKeyPublic,
 )
+from kcert.registry.observation_models import (
+    PerfIngest,
+    PerfIngested,
+    TargetPolicyPublic,
+    TargetPolicyUpdate,
+)
+from kcert.registry.perf import PerfComparison
 from kcert.registry.remote import Registry as Registry
 from kcert.registry.remote import RemoteRegistry as RemoteRegistry
 from kcert.registry.remote import open_registry as open_registry
@@ -79,9 +94,13 @@ class EmbeddedRegistry:
             return f"the registry's audit log is unhealthy (log-inconsistent): {exc}"
         return None
 
-    def promote(self, kernel: Digest, target: str) -> PromotionPublic:
+    def promote(
+        self, kernel: Digest, target: str, replaces: Digest | None = None
+    ) -> PromotionPublic:
         with write_session(self.engine) as session:
-            return decisions.promote(session=session, kernel=kernel, target=target)
+            return decisions.promote(
+                session=session, kernel=kernel, target=target, replaces=replaces
+            )
 
     def report_target(self, name: str, report: TargetCreate) -> TargetReported:
         with write_session(self.engine) as session:
@@ -112,3 +131,17 @@ class EmbeddedRegistry:
     def revoke_token(self, token_id: str) -> ApiTokenPublic:
         with write_session(self.engine) as session:
             return tokens.revoke_token(session=session, token_id=token_id)
+
+    def set_target_policy(self, name: str, update: TargetPolicyUpdate) -> TargetPolicyPublic:
+        with write_session(self.engine) as session:
+            return observations.set_target_policy(session=session, target=name, update=update)
+
+    def ingest_perf(self, ingest: PerfIngest) -> PerfIngested:
+        with write_session(self.engine) as session:
+            return perf.ingest_samples(session=session, ingest=ingest)
+
+    def compare_perf(self, *, target: str, before: Digest, after: Digest, seed: int,
+                     resamples: int) -> PerfComparison:  # fmt: skip
+        with read_session(self.engine) as session:
+            return perf.compare(session=session, target=target, before=str(before),
+                                after=str(after), seed=seed, resamples=resamples)  # fmt: skip

@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     #: The first admin token of a server; stored nowhere, compared by hash.
     admin_token: SecretStr | None = None
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
+    #: Evidence of one runtime mismatch (decoded bytes); larger evidence is refused (413).
+    observation_evidence_max: int = Field(default=4 * 1024 * 1024, gt=0)
+    #: The body cap of ``POST /v1/observations`` alone: a batch carries evidence.
+    observation_max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     #: A remote registry for the CLI; none means the embedded one.
     registry: str | None = None
     #: Bearer token the CLI sends to a remote registry.

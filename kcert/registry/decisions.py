@@ -11,7 +11,7 @@ writes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, Row, Select, and_, bindparam, update
@@ -21,7 +21,7 @@ from sqlmodel import Session, col, select
 from kcert.digest import Digest
 from kcert.registry import audit
 from kcert.registry.environment import fingerprint_over
-from kcert.registry.errors import PromotionDenied
+from kcert.registry.errors import InvalidInput, PromotionDenied
 from kcert.registry.models import (
     Certificate,
     CertificateSubject,
@@ -266,14 +266,27 @@ def decision_payload(inputs: PromotionInputs, decision: Decision, **extra: Any) 
     return {"inputs": inputs.to_json(), "decision": decision.to_json(), **extra}
 
 
-def promote(*, session: Session, kernel: Digest, target: str) -> PromotionPublic:
-    """Grant (and record) a promotion, or record the denial and raise :class:`PromotionDenied`."""
+def promote(
+    *, session: Session, kernel: Digest, target: str, replaces: Digest | None = None
+) -> PromotionPublic:
+    """Grant (and record) a promotion, or record the denial and raise :class:`PromotionDenied`.
+
+    ``replaces`` names the kernel this one replaces on ``target``: with a latency limit in
+    the target's policy, the canary's p99 is held against it (policy ``kcert-promotion/3``).
+    """
     kernel_id = str(kernel)
     target_row = lock_target(session, target)
     inputs = gather_inputs(
         session, kernel=kernel_id, target_name=target, target=TargetState.of(target_row),
         full_key_set=True,
     )  # fmt: skip
+    if replaces is not None:
+        if str(replaces) == kernel_id:
+            raise InvalidInput("a kernel does not replace itself (--replaces)")
+        from kcert.registry.perf import latency_inputs
+
+        latency = latency_inputs(session, target=target, kernel=kernel_id, replaces=str(replaces))
+        inputs = replace(inputs, latency=latency)
     decision = decide_promotion(inputs)
     kind = audit.PROMOTION_GRANTED if decision.allow else audit.PROMOTION_DENIED
     log_index = audit.record_event(session, kind, decision_payload(inputs, decision))

@@ -33,6 +33,12 @@ class InvalidInput(RegistryError):
     kind = "invalid-input"
 
 
+class TooLarge(RegistryError):
+    """A request part over a size the registry sets (evidence of a mismatch)."""
+
+    kind = "too-large"
+
+
 class CertificateRejected(RegistryError):
     """A certificate that does not verify against a trusted, unrevoked key."""
 

@@ -26,8 +26,12 @@ cannot be fingerprinted for its target is not checked there: it is listed as
 unverified.
 
 Tokens are folded from their ``token.created`` and ``token.revoked`` leaves
-(id, scopes, expiry, revoked). Leaves of kinds this module does not know change
-nothing here.
+(id, scopes, expiry, revoked). A runtime mismatch (``observation.mismatch``)
+must record the target's policy (``target.policy`` leaves) and the promotion's
+status as the log has them, and an action that follows from them; a
+suspension it records suspends the folded promotion. A promotion decision's
+latency half (``kcert-promotion/3``) is taken from the leaf: the samples are
+not in the log. Leaves of kinds this module does not know change nothing here.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from kcert.errors import KcertError
 from kcert.log.leaf import Leaf, LeafError, parse_leaf
 from kcert.registry import audit
 from kcert.registry.policy import POLICY_VERSION, Candidate, PromotionInputs, decide_promotion
+from kcert.registry.runtime_policy import MismatchInputs, decide_mismatch
 
 #: A certificate's fingerprint over a target's drift fields, or ``None`` when unknown.
 FingerprintOf = Callable[[str, Sequence[str]], "str | None"]
@@ -150,6 +155,8 @@ class LoggedState:
     promotions: dict[tuple[str, str], LoggedPromotion] = field(default_factory=dict)
     #: API tokens by id (never their secrets: the log holds none).
     tokens: dict[str, LoggedToken] = field(default_factory=dict)
+    #: Target to what a confirmed runtime mismatch does there (``target.policy`` leaves).
+    on_mismatch: dict[str, str] = field(default_factory=dict)
     #: Certificate ids from before migration 0004 to the id the certificate has now.
     aliases: Mapping[str, str] = field(default_factory=dict)
     #: What the last folded leaf took on its own word (cleared before each leaf).
@@ -413,7 +420,42 @@ def _reported(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def _policy(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
+    target = str(p["target"])
+    if target not in state.targets:
+        return [f"sets the policy of target {target!r}, which no earlier entry reported"]
+    state.on_mismatch[target] = str(p["on_mismatch"])
+    return []
+
+
+def _mismatch(state: LoggedState, p: Mapping[str, Any]) -> list[str]:
+    """A runtime mismatch: its recorded inputs must be the log's own state, and its action
+    must follow from them; a suspension suspends the folded promotion."""
+    recorded = MismatchInputs.from_json(p["inputs"])
+    key = (recorded.kernel, recorded.target)
+    promotion = state.promotions.get(key)
+    found: list[str] = []
+    want = {
+        "on_mismatch": state.on_mismatch.get(recorded.target, "record"),
+        "promotion": promotion.status if promotion is not None else None,
+    }
+    for name, value in want.items():
+        said = getattr(recorded, name)
+        if said != value:
+            found.append(f"{name}: recorded {said!r}, the log's history gives {value!r}")
+    decision = p["decision"]
+    replayed = decide_mismatch(recorded)
+    if bool(decision.get("suspend")) != replayed.suspend:
+        found.append(f"decision: recorded suspend={decision.get('suspend')!r}, "
+                     f"replayed suspend={replayed.suspend!r}")  # fmt: skip
+    if decision.get("suspend") and promotion is not None:
+        promotion.status = "suspended"
+    return found
+
+
 _HANDLERS: dict[str, Callable[[LoggedState, Mapping[str, Any]], list[str]]] = {
+    audit.TARGET_POLICY: _policy,
+    audit.OBSERVATION_MISMATCH: _mismatch,
     audit.KEY_TRUSTED: _key_trusted,
     audit.KEY_REVOKED: _key_revoked,
     audit.CERTIFICATE_STORED: _stored,
@@ -437,6 +479,8 @@ def _decision(state: LoggedState, leaf: Leaf, fingerprint_of: FingerprintOf | No
         recorded.kernel, recorded.target, policy_version=recorded.policy_version, order=order,
         fingerprint_of=fingerprint_of, recorded={c.id: c for c in recorded.candidates},
     )  # fmt: skip
+    # Latency samples are not in the log: the recorded latency half is taken as it is.
+    folded = replace(folded, latency=recorded.latency)
     found = _compare_inputs(recorded, folded)
     try:
         replayed = decide_promotion(folded)

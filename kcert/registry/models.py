@@ -370,6 +370,20 @@ class PromotionBase(SQLModel):
 class PromotionCreate(PromotionBase):
     model_config = REQUEST_CONFIG
 
+    #: The kernel this one replaces on the target (its latency is the canary's yardstick).
+    replaces: str | None = Field(default=None, max_length=71,
+                                 schema_extra={"pattern": DIGEST_PATTERN})  # fmt: skip
+
+    @field_validator("replaces")
+    @classmethod
+    def _canonical_replaces(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return str(Digest.parse(value))
+        except DigestError as exc:
+            raise ValueError(exc.diagnostics()) from exc
+
 
 class Promotion(SQLModel, table=True):
     __tablename__ = "promotion"
@@ -441,3 +455,7 @@ class ApiTokenPublic(ApiTokenBase):
 class ApiTokenCreated(ApiTokenPublic):
     #: Shown once: only its hash is kept.
     token: str
+
+
+# The runtime observation tables share this metadata (imported last: they build on the above).
+from kcert.registry import observation_models as _observation_models  # noqa: E402, F401, I001

@@ -25,10 +25,12 @@ from typing import Any
 
 from kcert.digest import Digest
 from kcert.registry.errors import PolicyError
+from kcert.registry.runtime_policy import LatencyInputs, latency_reasons
 
 #: Bumped whenever a check is added, removed or changes meaning (and the old version kept
-#: in :data:`POLICIES`). /2 added ``made_in_sandbox``.
-POLICY_VERSION = "kcert-promotion/2"
+#: in :data:`POLICIES`). /2 added ``made_in_sandbox``; /3 the latency half
+#: (:mod:`kcert.registry.runtime_policy`), decided when the inputs carry one.
+POLICY_VERSION = "kcert-promotion/3"
 #: The verdict a certificate must carry to count.
 PASSING_VERDICT = "pass"
 
@@ -116,6 +118,9 @@ class PromotionInputs:
     #: The kernel's certificates, in the order they are considered.
     candidates: tuple[Candidate, ...]
     policy_version: str = POLICY_VERSION
+    #: The canary's latency against the kernel it replaces (``kcert-promotion/3``), when the
+    #: promotion named one on a target with a latency policy; the gate never carries it.
+    latency: LatencyInputs | None = None
 
     def trusted_keys_digest(self) -> str:
         """Content address of the trusted key set (sorted key ids, canonical JSON)."""
@@ -133,6 +138,7 @@ class PromotionInputs:
             "revoked_keys": list(self.revoked_keys),
             "revoked_certificates": list(self.revoked_certificates),
             "candidates": [c.to_json() for c in self.candidates],
+            **({"latency": self.latency.to_json()} if self.latency is not None else {}),
         }
 
     @classmethod
@@ -148,7 +154,10 @@ class PromotionInputs:
             revoked_certificates=tuple(str(c) for c in data["revoked_certificates"]),
             candidates=tuple(Candidate.from_json(c) for c in data["candidates"]),
             policy_version=str(data.get("policy_version", POLICY_VERSION)),
+            latency=LatencyInputs.from_json(data["latency"]) if data.get("latency") else None,
         )
+        if inputs.latency is not None and inputs.policy_version in _NO_LATENCY:
+            raise PolicyError(f"policy {inputs.policy_version!r} has no latency half")
         recorded = data.get("trusted_keys_digest")
         if recorded is not None and recorded != inputs.trusted_keys_digest():
             raise PolicyError(
@@ -297,8 +306,11 @@ POLICIES: Mapping[str, Check] = {
         hardware_matches,
         fingerprint_matches,
     ),  # fmt: skip
+    "kcert-promotion/2": CERTIFICATE_VALID,
     POLICY_VERSION: CERTIFICATE_VALID,
 }
+#: Versions from before the latency half.
+_NO_LATENCY = ("kcert-promotion/1", "kcert-promotion/2")
 
 
 def evaluate(inputs: PromotionInputs, candidate: Candidate, policy: Check) -> tuple[str, ...]:
@@ -334,6 +346,13 @@ def decide_promotion(inputs: PromotionInputs) -> Decision:
     findings: dict[str, tuple[str, ...]] = {}
     for candidate in inputs.candidates:
         reasons = evaluate(inputs, candidate, policy)
+        if not reasons and inputs.latency is not None:
+            slow = latency_reasons(inputs.latency)
+            if slow:
+                return Decision(
+                    allow=False, certificate=None, reasons=slow, policy_version=version,
+                    findings={candidate.id: ()},
+                )  # fmt: skip
         if not reasons:
             return Decision(
                 allow=True,

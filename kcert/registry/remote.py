@@ -35,6 +35,13 @@ if TYPE_CHECKING:
         TrustedKeyCreate,
         TrustedKeyPublic,
     )
+    from kcert.registry.observation_models import (
+        PerfIngest,
+        PerfIngested,
+        TargetPolicyPublic,
+        TargetPolicyUpdate,
+    )
+    from kcert.registry.perf import PerfComparison
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -44,6 +51,7 @@ _ERRORS: dict[str, type[errors.RegistryError]] = {
     for cls in (
         errors.NotFound, errors.InvalidInput, errors.CertificateRejected, errors.KeyConflict,
         errors.Unauthenticated, errors.PolicyError, errors.RegistryUnavailable,
+        errors.TooLarge,
     )
 }  # fmt: skip
 
@@ -55,7 +63,9 @@ class Registry(Protocol):
 
     def push(self, envelope: Envelope) -> CertificateStored: ...
     def gate(self, kernel: Digest, target: str) -> GateDecision: ...
-    def promote(self, kernel: Digest, target: str) -> PromotionPublic: ...
+    def promote(
+        self, kernel: Digest, target: str, replaces: Digest | None = None
+    ) -> PromotionPublic: ...
     def report_target(self, name: str, report: TargetCreate) -> TargetReported: ...
     def get_target(self, name: str) -> TargetPublic: ...
     def revoke_certificate(self, certificate: str, reason: str) -> CertificatePublic: ...
@@ -63,6 +73,10 @@ class Registry(Protocol):
     def revoke_key(self, keyid: str, reason: str) -> TrustedKeyPublic: ...
     def create_token(self, request: ApiTokenCreate) -> ApiTokenCreated: ...
     def revoke_token(self, token_id: str) -> ApiTokenPublic: ...
+    def set_target_policy(self, name: str, update: TargetPolicyUpdate) -> TargetPolicyPublic: ...
+    def ingest_perf(self, ingest: PerfIngest) -> PerfIngested: ...
+    def compare_perf(self, *, target: str, before: Digest, after: Digest, seed: int,
+                     resamples: int) -> PerfComparison: ...  # fmt: skip
     def close(self) -> None: ...
 
 
@@ -101,10 +115,14 @@ class RemoteRegistry:
         params = {"kernel": str(kernel), "target": target}
         return self._call("GET", "/v1/gate", GateDecision, params=params)
 
-    def promote(self, kernel: Digest, target: str) -> PromotionPublic:
+    def promote(
+        self, kernel: Digest, target: str, replaces: Digest | None = None
+    ) -> PromotionPublic:
         from kcert.registry.models import PromotionPublic
 
         body = {"kernel": str(kernel), "target": target}
+        if replaces is not None:
+            body["replaces"] = str(replaces)
         return self._call("POST", "/v1/promotions", PromotionPublic, json=body)
 
     def report_target(self, name: str, report: TargetCreate) -> TargetReported:
@@ -146,6 +164,25 @@ class RemoteRegistry:
         from kcert.registry.models import ApiTokenPublic
 
         return self._call("DELETE", f"/v1/tokens/{token_id}", ApiTokenPublic)
+
+    def set_target_policy(self, name: str, update: TargetPolicyUpdate) -> TargetPolicyPublic:
+        from kcert.registry.observation_models import TargetPolicyPublic
+
+        body = update.model_dump(mode="json")
+        return self._call("PUT", f"/v1/targets/{name}/policy", TargetPolicyPublic, json=body)
+
+    def ingest_perf(self, ingest: PerfIngest) -> PerfIngested:
+        from kcert.registry.observation_models import PerfIngested
+
+        return self._call("POST", "/v1/perf", PerfIngested, json=ingest.model_dump(mode="json"))
+
+    def compare_perf(self, *, target: str, before: Digest, after: Digest, seed: int,
+                     resamples: int) -> PerfComparison:  # fmt: skip
+        from kcert.registry.perf import PerfComparison
+
+        params: dict[str, Any] = {"target": target, "before": str(before), "after": str(after),
+                                  "seed": seed, "resamples": resamples}  # fmt: skip
+        return self._call("GET", "/v1/perf/compare", PerfComparison, params=params)
 
     def _call(self, method: str, path: str, model: type[M], **kwargs: Any) -> M:
         try:

@@ -20,6 +20,8 @@ class Scope(StrEnum):
     GATE_READ = "gate:read"
     TARGETS_WRITE = "targets:write"
     ADMIN = "admin"
+    #: Runtime reports and latency samples (``kcert.guard``, ``kcert perf ingest``).
+    OBSERVATIONS_WRITE = "observations:write"
 
 
 class GateDecision(BaseModel):

@@ -36,6 +36,19 @@ PROTECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("GET", "/v1/gate", {"params": {"kernel": DIGEST, "target": "prod"}}, "gate:read"),
     ("POST", "/v1/tokens", {"json": {"scopes": ["gate:read"]}}, "admin"),
     ("DELETE", f"/v1/tokens/{TOKEN_ID}", {}, "admin"),
+    ("POST", "/v1/observations", {"json": {"reports": [{
+        "kernel": DIGEST, "target": "prod", "certificate": DIGEST,
+        "window": {"start": "2026-11-23T17:00:00Z", "end": "2026-11-23T17:00:05Z"},
+        "calls_seen": 1, "calls_checked": 0, "dropped": 0, "out_of_scope": 0}]}},
+     "observations:write"),
+    ("GET", "/v1/observations/mismatches/1", {}, "gate:read"),
+    ("GET", "/v1/observations/mismatches/1/evidence", {}, "gate:read"),
+    ("GET", "/v1/targets/prod/policy", {}, "gate:read"),
+    ("PUT", "/v1/targets/prod/policy", {"json": {"on_mismatch": "suspend"}}, "targets:write"),
+    ("POST", "/v1/perf", {"json": {"kernel": DIGEST, "target": "prod", "samples": [
+        {"name": "k", "start_us": 0, "dur_us": 1}]}}, "observations:write"),
+    ("GET", "/v1/perf/compare", {"params": {"target": "prod", "before": DIGEST,
+                                            "after": DIGEST}}, "gate:read"),
 ]  # fmt: skip
 
 
@@ -54,14 +67,15 @@ def test_every_protected_route_is_in_the_table(client: TestClient) -> None:
     """A new route must be added to PROTECTED (and so get these tests) or be the log's."""
     spec = client.get("/openapi.json").json()
     listed = {(m, p.replace(DIGEST, "{x}").replace(KEYID, "{x}").replace("prod", "{x}")
-                  .replace(TOKEN_ID, "{x}"))
+                  .replace(TOKEN_ID, "{x}").replace("/mismatches/1", "/mismatches/{x}"))
               for m, p, _, _ in PROTECTED}  # fmt: skip
     for path, ops in spec["paths"].items():
         if path.startswith("/v1/log/"):
             continue
         for method in ops:
             shape = path
-            for name in ("{certificate_id}", "{digest}", "{keyid}", "{name}", "{token_id}"):
+            for name in ("{certificate_id}", "{digest}", "{keyid}", "{name}", "{token_id}",
+                         "{mismatch_id}"):
                 shape = shape.replace(name, "{x}")
             assert (method.upper(), shape) in listed, (method, path)
 
@@ -85,8 +99,8 @@ def test_the_wrong_scope_is_403_and_the_right_one_passes_auth(
     client: TestClient, admin: dict[str, str], method: str, path: str, kwargs: dict[str, Any],
     scope: str,
 ) -> None:  # fmt: skip
-    others = [s for s in ("certificates:write", "promote", "gate:read", "targets:write")
-              if s != scope]  # fmt: skip
+    others = [s for s in ("certificates:write", "promote", "gate:read", "targets:write",
+                          "observations:write") if s != scope]  # fmt: skip
     wrong = make_token(client, admin, *others)
     response = client.request(method, path, headers=bearer(wrong), **kwargs)
     assert response.status_code == 403, response.text

@@ -37,8 +37,15 @@ SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/gate"): "gate:read",
     ("POST", "/v1/tokens"): "admin",
     ("DELETE", "/v1/tokens/{token_id}"): "admin",
+    ("POST", "/v1/observations"): "observations:write",
+    ("GET", "/v1/observations/mismatches/{mismatch_id}"): "gate:read",
+    ("GET", "/v1/observations/mismatches/{mismatch_id}/evidence"): "gate:read",
+    ("GET", "/v1/targets/{name}/policy"): "gate:read",
+    ("PUT", "/v1/targets/{name}/policy"): "targets:write",
+    ("POST", "/v1/perf"): "observations:write",
+    ("GET", "/v1/perf/compare"): "gate:read",
 }
-NON_ADMIN = ("certificates:write", "promote", "gate:read", "targets:write")
+NON_ADMIN = ("certificates:write", "promote", "gate:read", "targets:write", "observations:write")
 #: Bodies that would be accepted, so only the token decides the answer.
 BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/certificates"): {"payloadType": "application/vnd.in-toto+json",
@@ -48,10 +55,18 @@ BODIES: dict[tuple[str, str], Any] = {
     ("PUT", "/v1/targets/{name}"): {"hw_class": "H100", "environment": {"gpu_name": "x"}},
     ("POST", "/v1/promotions"): {"kernel": DIGEST, "target": "t1"},
     ("POST", "/v1/tokens"): {"scopes": ["gate:read"]},
+    ("POST", "/v1/observations"): {"reports": [{
+        "kernel": DIGEST, "target": "t1", "certificate": DIGEST,
+        "window": {"start": "2026-11-23T17:00:00Z", "end": "2026-11-23T17:00:05Z"},
+        "calls_seen": 1, "calls_checked": 0, "dropped": 0, "out_of_scope": 0}]},
+    ("PUT", "/v1/targets/{name}/policy"): {"on_mismatch": "suspend"},
+    ("POST", "/v1/perf"): {"kernel": DIGEST, "target": "t1",
+                           "samples": [{"name": "k", "start_us": 0, "dur_us": 1}]},
 }  # fmt: skip
 PATH_VALUES = {"certificate_id": DIGEST, "digest": DIGEST, "keyid": KEYID, "name": "t1",
-               "token_id": "tok_" + "ef" * 8}  # fmt: skip
-QUERY_VALUES = {"kernel": DIGEST, "target": "t1", "reason": "test"}
+               "token_id": "tok_" + "ef" * 8, "mismatch_id": "1"}  # fmt: skip
+QUERY_VALUES = {"kernel": DIGEST, "target": "t1", "reason": "test", "before": DIGEST,
+                "after": DIGEST}  # fmt: skip
 
 
 def operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
