@@ -25,7 +25,7 @@ from kcert.certify.spares import discard_spares
 from kcert.certify.spec import KernelSpec
 from kcert.cli.app import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from kcert.cli.certify_cmds import _load_key, _sign, _summary
-from kcert.cli.output import emit_json, err_console, out_console
+from kcert.cli.output import emit_json, err_console, out_console, progress
 from kcert.errors import KcertError, UsageError
 
 _STYLE = {"pass": "green", "fail": "bold red", "error": "bold red"}
@@ -64,9 +64,8 @@ def _one(kernel: KernelSpec, options: CertifyOptions, index: int, total: int) ->
     label = f"[{index}/{total}] {kernel.name}"
     started = time.monotonic()
     try:
-        with err_console.status(f"certifying {escape(label)}", spinner="dots") as status:
-            report = certify(kernel, options, progress=lambda text: status.update(
-                f"certifying {escape(label)}: {escape(text)}"))  # fmt: skip
+        with progress(f"certifying {label}") as step:
+            report = certify(kernel, options, progress=step)
     except KcertError as exc:
         err_console.print(f"{label}: error: {exc.diagnostics()}", markup=False, soft_wrap=True)
         return KernelOutcome.failed(kernel, exc, time.monotonic() - started)

@@ -6,6 +6,9 @@ Each command parses its options, opens a registry (``--registry URL`` or
 SQLite registry in ``KCERT_HOME``), calls one method and prints the answer.
 Exit codes: 0 stored / allowed / granted, 1 denied or an invalid certificate,
 2 bad input or an unreachable registry.
+
+The request models (:mod:`kcert.registry.models`, SQLModel) are imported by the
+commands that send them: ``gate`` against a server loads no database code.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from kcert.cli.attest_cmds import keys_app
 from kcert.cli.output import emit_json, err_console, out_console
 from kcert.digest import Digest, DigestError
 from kcert.errors import UsageError
-from kcert.registry.client import Registry, open_registry
 from kcert.registry.config import Settings
 from kcert.registry.errors import CertificateRejected, PromotionDenied
-from kcert.registry.models import ApiTokenCreate, Scope, TargetCreate, TrustedKeyCreate
+from kcert.registry.remote import Registry, open_registry
+from kcert.registry.wire import Scope
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 RegistryOption = Annotated[
@@ -198,6 +201,8 @@ def target_report_command(
     as_json: JsonOption = False,
 ) -> None:
     """Report a target's environment; the registry derives its fingerprint and applies drift."""
+    from kcert.registry.models import TargetCreate
+
     fields = _read_environment(environment)
     names = [n.strip() for item in drift_fields or [] for n in item.split(",") if n.strip()]
     try:
@@ -241,6 +246,8 @@ def keys_trust_command(
     as_json: JsonOption = False,
 ) -> None:
     """Trust a signing key in the registry."""
+    from kcert.registry.models import TrustedKeyCreate
+
     hex_key = (
         public_key
         if _HEX_KEY.match(public_key)
@@ -287,6 +294,8 @@ def token_create_command(
     as_json: JsonOption = False,
 ) -> None:
     """Make an API token. It is shown once: only its hash is kept."""
+    from kcert.registry.models import ApiTokenCreate
+
     try:
         request = ApiTokenCreate.model_validate(
             {"scopes": scopes, "description": description, "expires_in": expires_in}

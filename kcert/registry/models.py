@@ -4,7 +4,7 @@ One family per table, so a client never sees a row's private fields:
 ``XBase`` holds the shared fields,
 ``XCreate`` is what a client sends, ``X(table=True)`` is the row and
 ``XPublic`` is what a client gets back. The schema itself is made only by the
-Alembic migrations in ``alembic/versions``; these classes describe it.
+Alembic migrations in ``kcert/registry/migrations/versions``; these classes describe it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ from sqlalchemy import JSON, DateTime, Index, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
 from kcert.digest import Digest, DigestError
+
+# Defined without SQLModel so that a client of a server can read them (see wire's docstring).
+from kcert.registry.wire import GateDecision as GateDecision
+from kcert.registry.wire import Scope as Scope
 
 #: Names of targets and keys: printable, no slashes (they appear in URL paths).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
@@ -82,16 +86,6 @@ def _when() -> Any:
 
 def _maybe_when() -> Any:
     return Field(default=None, sa_type=DateTime(timezone=True))
-
-
-class Scope(StrEnum):
-    CERTIFICATES_WRITE = "certificates:write"
-    PROMOTE = "promote"
-    GATE_READ = "gate:read"
-    TARGETS_WRITE = "targets:write"
-    ADMIN = "admin"
-    #: Runtime reports and latency samples (``kcert.guard``, ``kcert perf ingest``).
-    OBSERVATIONS_WRITE = "observations:write"
 
 
 class PromotionStatus(StrEnum):
@@ -415,12 +409,6 @@ class PromotionPublic(PromotionBase):
     suspend_reason: str | None = None
     reasons: list[str] = []
     log_index: int | None = None
-
-
-class GateDecision(SQLModel):
-    allow: bool
-    reasons: list[str]
-    certificate: str | None
 
 
 # --- tokens ---------------------------------------------------------------------------------

@@ -158,6 +158,7 @@ def test_a_spec_without_the_key_keeps_its_digest(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- the kernels
 
 
+@pytest.mark.triton
 def test_the_correct_twin_passes_and_the_certificate_records_conditions_and_scope() -> None:
     report = certify_kernel("add")
     assert report.verdict is Verdict.PASS, failed(report)
@@ -178,30 +179,35 @@ def test_the_correct_twin_passes_and_the_certificate_records_conditions_and_scop
         assert len(set(offsets["B"].values())) == 3  # no two buffers share run B's alignment
 
 
+@pytest.mark.triton
 def test_keeping_a_plausible_value_found_in_out_fails_coverage() -> None:
     fails = failed(certify_kernel("add_keeps_found"))
     assert set(fails) == {"coverage"}, fails
     assert "kept" in fails["coverage"] and "stale element(s)" in fails["coverage"]
 
 
+@pytest.mark.triton
 def test_reading_the_guard_band_to_tell_the_test_apart_fails() -> None:
     fails = failed(certify_kernel("add_reads_guard"))
     assert fails and set(fails) <= {"correctness", "determinism"}, fails
     assert "'out'" in next(iter(fails.values()))
 
 
+@pytest.mark.triton
 def test_reading_the_alignment_fails_correctness() -> None:
     fails = failed(certify_kernel("add_reads_alignment"))
     assert "correctness" in fails and set(fails) <= {"correctness", "determinism"}, fails
     assert "outside tolerance" in fails["correctness"]
 
 
+@pytest.mark.triton
 def test_a_write_that_rounds_to_the_old_poison_fails_bounds() -> None:
     fails = failed(certify_kernel("add_rounds_into_guard"))
     assert set(fails) == {"bounds"}, fails
     assert "written up to 1 element(s) past its end" in fails["bounds"]
 
 
+@pytest.mark.triton
 def test_a_size_nobody_listed_fails_fresh_probes_and_is_minimized() -> None:
     report = certify_kernel("add_wrong_unlisted_sizes", minimize=True)
     fails = failed(report)
@@ -212,6 +218,7 @@ def test_a_size_nobody_listed_fails_fresh_probes_and_is_minimized() -> None:
     assert report.minimized["fresh-probes"]["n"] % 4 == 2
 
 
+@pytest.mark.triton
 def test_a_size_past_every_listed_one_fails_under_the_spec_cap() -> None:
     report = certify_kernel("add_wrong_past_65536_large")
     fails = failed(report)
@@ -222,6 +229,7 @@ def test_a_size_past_every_listed_one_fails_under_the_spec_cap() -> None:
     assert twin.verdict is Verdict.PASS, failed(twin)
 
 
+@pytest.mark.triton
 def test_a_size_between_the_listed_and_the_top_of_the_stretch_fails() -> None:
     # wrong for 4096 < n < 7168; the cap is 8192: the top eighth alone never reached it
     report = certify_kernel("add_wrong_below_the_cap")
@@ -234,6 +242,7 @@ def test_a_size_between_the_listed_and_the_top_of_the_stretch_fails() -> None:
     assert any(4096 < v < 7168 for v in scope["drawn"])  # the sizes probed, as they were
 
 
+@pytest.mark.triton
 def test_listed_only_sizes_are_what_the_certificate_says_it_covers() -> None:
     report = certify_kernel("add_wrong_unlisted_sizes_listed")
     assert report.verdict is Verdict.PASS  # the spec asked for its listed sizes only...
@@ -241,12 +250,14 @@ def test_listed_only_sizes_are_what_the_certificate_says_it_covers() -> None:
     assert scope["drawn"] == [] and scope["draw_up_to"] == "listed" and scope["max"] == 4096
 
 
+@pytest.mark.triton
 def test_the_same_seed_reproduces_every_condition_and_anchor() -> None:
     first = certify_kernel("add_reads_guard", seed=11).predicate()["probes"]
     again = certify_kernel("add_reads_guard", seed=11).predicate()["probes"]
     assert first == again  # a kernel that reads the conditions gives the same bytes
 
 
+@pytest.mark.triton
 def test_a_buffer_larger_than_any_one_dim_reaches_alone_fails_in_the_joint_probe() -> None:
     # wrong once m * n > 66,000: m's and n's large sizes each sit in a probe of their own
     report = certify_kernel("row_scale_wrong_large_product")
@@ -264,6 +275,7 @@ def test_a_buffer_larger_than_any_one_dim_reaches_alone_fails_in_the_joint_probe
     assert predicate["probes"]["largest_elements"] > 66000
 
 
+@pytest.mark.triton
 def test_run_b_stale_answer_comes_from_another_draw_so_a_kernel_cannot_find_it() -> None:
     # the kernel computes right only when its old `out` values are among its answers
     fails = failed(certify_kernel("add_knows_its_stale_answer"))
@@ -297,6 +309,7 @@ def test_buffers_of_one_run_get_offsets_of_their_own() -> None:
         assert {(v - b["x"]) % 512 for v in b.values()} == {0}  # 512-byte packing
 
 
+@pytest.mark.triton
 def test_a_kernel_that_needs_its_buffers_to_share_an_alignment_fails() -> None:
     fails = failed(certify_kernel("add_needs_shared_alignment"))
     assert "correctness" in fails and set(fails) <= {"correctness", "determinism"}, fails
@@ -318,6 +331,7 @@ def test_the_guard_next_to_the_data_is_plausible_in_one_run(count: int) -> None:
             assert (a.view(np.uint32) != b.view(np.uint32)).all()  # bounds' premise kept
 
 
+@pytest.mark.triton
 def test_a_kernel_that_counts_odd_values_in_the_guard_fails() -> None:
     fails = failed(certify_kernel("add_counts_odd_guards"))
     assert fails and set(fails) <= {"correctness", "determinism"}, fails

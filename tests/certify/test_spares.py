@@ -29,6 +29,7 @@ def _maps(pid: int) -> str:
         return ""
 
 
+@pytest.mark.triton
 def test_a_sandbox_takes_the_spare_and_the_next_spare_starts() -> None:
     spares.prewarm(EXECUTOR)
     spare = spares.spare_pid(EXECUTOR)
@@ -46,6 +47,7 @@ def test_a_sandbox_takes_the_spare_and_the_next_spare_starts() -> None:
     assert gone(spare) and gone(following)
 
 
+@pytest.mark.triton
 def test_a_spare_imports_torch_before_any_kernel_is_given() -> None:
     spares.discard_spares()
     spares.prewarm(EXECUTOR)
@@ -58,6 +60,7 @@ def test_a_spare_imports_torch_before_any_kernel_is_given() -> None:
     assert "libtorch" in _maps(pid), "the spare did not preload torch"
 
 
+@pytest.mark.triton
 def test_a_worker_restarted_after_a_crash_is_a_fresh_process() -> None:
     with Sandbox(kernel("segfault"), EXECUTOR) as sandbox:
         pids = {sandbox.pid}
@@ -67,6 +70,7 @@ def test_a_worker_restarted_after_a_crash_is_a_fresh_process() -> None:
         assert sandbox.starts == 2 and len(pids) == 2 and None not in pids
 
 
+@pytest.mark.triton
 def test_a_spare_started_under_another_environment_is_not_used(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -81,6 +85,7 @@ def test_a_spare_started_under_another_environment_is_not_used(
         assert sandbox.run(job(sandbox.kernel, 8)).ok
 
 
+@pytest.mark.triton
 def test_kcerts_own_variables_never_reach_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     spares.discard_spares()
     monkeypatch.setenv("KCERT_TOKEN", "a-secret-token")
@@ -98,6 +103,7 @@ def test_kcerts_own_variables_never_reach_a_worker(monkeypatch: pytest.MonkeyPat
         assert sandbox.pid == outer
 
 
+@pytest.mark.triton
 def test_an_unused_sandbox_closes_its_worker_cleanly() -> None:
     sandbox = Sandbox(kernel("copy"), EXECUTOR)
     pid = sandbox.pid
@@ -114,6 +120,7 @@ def test_discarding_spares_kills_them() -> None:
     assert spares.spare_pid(EXECUTOR) is None and gone(pid)
 
 
+@pytest.mark.triton
 def test_spares_exit_with_the_certifier(tmp_path: Path) -> None:
     for how in ("killed", "exits"):
         script = tmp_path / f"certifier_{how}.py"
