@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -32,8 +32,10 @@ from kcert.digest import Digest, DigestError
 from kcert.errors import UsageError
 from kcert.registry.config import Settings
 from kcert.registry.errors import CertificateRejected, PromotionDenied
-from kcert.registry.remote import Registry, open_registry
 from kcert.registry.wire import Scope
+
+if TYPE_CHECKING:
+    from kcert.registry.remote import Registry
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 RegistryOption = Annotated[
@@ -55,6 +57,10 @@ token_app = typer.Typer(name="token", help="API tokens of a registry.", no_args_
 
 @contextmanager
 def _registry(url: str | None) -> Iterator[Registry]:
+    # lazy: httpx (a remote registry's client) costs a quarter of a second to import, which
+    # `--help` and every usage error would pay
+    from kcert.registry.remote import open_registry
+
     registry = open_registry(Settings(), url)
     try:
         yield registry
