@@ -21,8 +21,8 @@ What it does, all on 127.0.0.1 and bounded in time:
    gate too.
 3. Serves both the way the README recommends for production, ``kcert serve
    --workers N`` (:func:`kcert.api.serve.serve`: uvicorn with uvloop and
-   httptools, one worker per server CPU, no access log, a listening socket
-   that keeps TCP_NODELAY). The bare endpoint (same route shape, same bearer
+   h11 capping the request head, one worker per server CPU, no access log, a
+   listening socket that keeps TCP_NODELAY). The bare endpoint (same route shape, same bearer
    header, no database) is served with exactly the same options.
 4. Drives both from a separate process in alternating rounds, so drift on a
    shared machine hits both alike: wrk for saturation throughput when it is
@@ -79,6 +79,7 @@ from gate_seed import Plan, make_gate_token, postgres_database, sqlite_database 
 from loadgen import LoadResult, LoadSpec  # noqa: E402
 
 from kcert.api.serve import APP_FACTORY, freeze_startup_heap  # noqa: E402
+from kcert.registry.db import make_engine, migrate  # noqa: E402
 
 GATE_GOAL_RATIO = 0.5
 P99_GOAL_MS = 10.0
@@ -397,6 +398,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             db = sqlite_database(plan, args.cache_dir, work, say)
         with db as url:
+            # As kcert serve does before its workers start: a seed cached by an older
+            # kcert is brought to the current schema.
+            engine = make_engine(url)
+            try:
+                migrate(engine)
+            finally:
+                engine.dispose()
             bare = Server(free_port(), secrets.token_urlsafe(32))
             gate = Server(free_port(), make_gate_token(url))
             env = {**os.environ, "KCERT_HOME": str(home), "KCERT_DATABASE_URL": url,

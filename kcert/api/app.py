@@ -92,8 +92,6 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.checkpoint_publisher.start()
     yield
     app.state.checkpoint_publisher.stop()
-    # The gate's own read connections (outside the engine's pool); the engine's stay its owner's.
-    app.state.gatekeeper.close()
     app.state.log_guard.close()
 
 
