@@ -92,6 +92,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.checkpoint_publisher.start()
     yield
     app.state.checkpoint_publisher.stop()
+    app.state.gatekeeper.close()
     app.state.log_guard.close()
 
 

@@ -30,18 +30,21 @@ an inconsistency the guard found makes every answer a deny, never cached.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 import anyio
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import DBAPIError
+from sqlmodel import Session
 
 from kcert.digest import Digest
 from kcert.registry import decisions
-from kcert.registry.db import read_session
+from kcert.registry.db import read_only
 from kcert.registry.errors import RegistryUnavailable
 from kcert.registry.log_models import LOG_STATE_ID, LogState
 from kcert.registry.models import REGISTRY_VERSION_ID, RegistryVersion, Scope, utcnow
@@ -57,6 +60,9 @@ from kcert.registry.tokens import (
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
+
+#: The registry's version and the log's size, as read together.
+_Stamp = tuple[int, int]
 
 #: Distinct (kernel, target) answers, and tokens, kept per process before a cache starts over.
 MAX_ENTRIES = 65_536
@@ -117,14 +123,20 @@ class Gatekeeper(Generic[T]):
         self._engine = engine
         self._health = health
         # SQLite reads are in-process CPU work: a hop to a thread costs more than the read and
-        # buys nothing under the GIL. A PostgreSQL round trip is a wait, so it runs off the loop.
+        # buys nothing under the GIL, and a pool checkout costs more than the read too, so
+        # each thread that answers (the event loop's) keeps one read-only connection. A
+        # PostgreSQL round trip is a wait: it runs off the loop, on a pooled connection.
         self._inline = engine.dialect.name == "sqlite"
+        self._reader = read_only(engine)
+        self._held = threading.local()
+        self._opened: list[Connection] = []
+        self._opened_lock = threading.Lock()
         self._admin_hash = hash_token(admin_token) if admin_token else None
         self._render = render
         self._max_entries = max_entries
-        self._entries: dict[tuple[str, str], tuple[int, T]] = {}
+        self._entries: dict[tuple[str, str], tuple[_Stamp, T]] = {}
         #: Known tokens' rows by hash, with the version they were read at.
-        self._tokens: dict[str, tuple[int, TokenRecord]] = {}
+        self._tokens: dict[str, tuple[_Stamp, TokenRecord]] = {}
         #: Answers served from the cache and computed (for tests and diagnostics, never
         #: for decisions).
         self.hits = 0
@@ -159,11 +171,23 @@ class Gatekeeper(Generic[T]):
     def _read(self, presented: str, kernel: Digest, target: str) -> tuple[int, Answer[T]]:
         """The log's size, and the answer: cached at the current version, or decided now."""
         key = (str(kernel), target)
-        with read_session(self._engine) as session:
-            row = session.connection().execute(_VERSION).one()
+        # One snapshot on SQLite (a deferred transaction); on PostgreSQL (read committed)
+        # each statement sees at least what the version read saw.
+        with (
+            self._connection() as connection,
+            connection.begin(),
+            Session(bind=connection) as session,
+        ):
+            row = connection.execute(_VERSION).one()
             if row.version is None or row.size is None:
                 raise _not_migrated()
-            version, log_size = int(row.version), int(row.size)
+            log_size = int(row.size)
+            # The log's size too: a database restored from an older copy under running servers
+            # can climb back to a version number they cached at. With the size in the stamp,
+            # ordinary writes (each a leaf) make that a rolled-back or forked log, which the
+            # log guard refuses; only writes that also bypass the log could still meet an old
+            # stamp, so servers are restarted after a restore (docs/api.md).
+            version = (int(row.version), log_size)
             known = self._tokens.get(presented)
             if known is not None and known[0] == version:
                 record: TokenRecord | None = known[1]
@@ -182,6 +206,29 @@ class Gatekeeper(Generic[T]):
         rendered = self._render(decision)
         self._remember(self._entries, key, (version, rendered))
         return log_size, Answer(rendered, cached=False)
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """A read-only connection: this thread's own on SQLite, a pooled one on PostgreSQL."""
+        if not self._inline:
+            with self._reader.connect() as connection:
+                yield connection
+            return
+        held: Connection | None = getattr(self._held, "connection", None)
+        if held is None or held.closed or held.invalidated:
+            if held is not None:
+                held.close()
+            held = self._held.connection = self._reader.connect()
+            with self._opened_lock:
+                self._opened.append(held)
+        yield held
+
+    def close(self) -> None:
+        """Close the connections kept by the threads that answered (at shutdown)."""
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        for connection in opened:
+            connection.close()
 
     async def _refused(self, log_size: int, floor: int) -> Answer[T] | None:
         """A deny when the log is unhealthy or unproved: the gate fails closed (never cached).
