@@ -30,11 +30,12 @@ an inconsistency the guard found makes every answer a deny, never cached.
 
 from __future__ import annotations
 
+import hmac
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 from sqlalchemy import Connection, Engine
@@ -128,6 +129,11 @@ class Gatekeeper(Generic[T]):
         # PostgreSQL round trip is a wait: it runs off the loop, on a pooled connection.
         self._inline = engine.dialect.name == "sqlite"
         self._reader = read_only(engine)
+        # The registry's statement, rendered once with its constants inline (a supported
+        # compile option), for the driver's cursor.
+        self._version_sql = str(
+            _VERSION.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
+        )
         self._held = threading.local()
         self._opened: list[Connection] = []
         self._opened_lock = threading.Lock()
@@ -171,41 +177,66 @@ class Gatekeeper(Generic[T]):
     def _read(self, presented: str, kernel: Digest, target: str) -> tuple[int, Answer[T]]:
         """The log's size, and the answer: cached at the current version, or decided now."""
         key = (str(kernel), target)
-        # One snapshot on SQLite (a deferred transaction); on PostgreSQL (read committed)
-        # each statement sees at least what the version read saw.
-        with (
-            self._connection() as connection,
-            connection.begin(),
-            Session(bind=connection) as session,
-        ):
-            row = connection.execute(_VERSION).one()
-            if row.version is None or row.size is None:
-                raise _not_migrated()
-            log_size = int(row.size)
-            # The log's size too: a database restored from an older copy under running servers
-            # can climb back to a version number they cached at. With the size in the stamp,
-            # ordinary writes (each a leaf) make that a rolled-back or forked log, which the
-            # log guard refuses; only writes that also bypass the log could still meet an old
-            # stamp, so servers are restarted after a restore (docs/api.md).
-            version = (int(row.version), log_size)
-            known = self._tokens.get(presented)
-            if known is not None and known[0] == version:
-                record: TokenRecord | None = known[1]
-            else:
-                record = stored_record(session, presented)
-                if record is not None:  # unknown tokens are not kept: guessing fills no cache
-                    self._remember(self._tokens, presented, (version, record))
-            principal = principal_of(presented, self._admin_hash, record, now=utcnow())
-            principal.require(Scope.GATE_READ)
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] == version:
-                self.hits += 1
-                return log_size, Answer(entry[1], cached=True)
-            decision = decisions.gate(session=session, kernel=kernel, target=target)
+        with self._connection() as connection:
+            if self._inline:
+                # A cached answer on SQLite: the version on the driver's cursor, outside any
+                # transaction (so its own snapshot); SQLAlchemy's execute costs several times
+                # the read itself, and this read is all most gate requests need.
+                stamp = self._driver_stamp(connection)
+                cached = self._cached(presented, key, stamp)
+                if cached is not None:
+                    return stamp[1], cached
+            # One snapshot on SQLite (a deferred transaction); on PostgreSQL (read committed)
+            # each statement sees at least what the version read saw, so an answer is never
+            # cached under a version newer than the state it was decided from.
+            with connection.begin(), Session(bind=connection) as session:
+                stamp = _stamp(connection.execute(_VERSION).one())
+                cached = self._cached(presented, key, stamp)
+                if cached is not None:
+                    return stamp[1], cached
+                known = self._tokens.get(presented)
+                if known is not None and known[0] == stamp:
+                    record: TokenRecord | None = known[1]
+                else:
+                    record = stored_record(session, presented)
+                    if record is not None:  # unknown tokens are not kept: guessing fills no cache
+                        self._remember(self._tokens, presented, (stamp, record))
+                self._authorize(presented, record)
+                entry = self._entries.get(key)
+                if entry is not None and entry[0] == stamp:
+                    self.hits += 1
+                    return stamp[1], Answer(entry[1], cached=True)
+                decision = decisions.gate(session=session, kernel=kernel, target=target)
         self.misses += 1
         rendered = self._render(decision)
-        self._remember(self._entries, key, (version, rendered))
-        return log_size, Answer(rendered, cached=False)
+        self._remember(self._entries, key, (stamp, rendered))
+        return stamp[1], Answer(rendered, cached=False)
+
+    def _cached(self, presented: str, key: tuple[str, str], stamp: _Stamp) -> Answer[T] | None:
+        """The cached answer when it and the token's row were both read at ``stamp``."""
+        entry = self._entries.get(key)
+        if entry is None or entry[0] != stamp:
+            return None
+        known = self._tokens.get(presented)
+        if known is not None and known[0] == stamp:
+            record: TokenRecord | None = known[1]
+        elif self._admin_hash is not None and hmac.compare_digest(presented, self._admin_hash):
+            record = None  # the admin token is never stored: nothing to read
+        else:
+            return None
+        self._authorize(presented, record)
+        self.hits += 1
+        return Answer(entry[1], cached=True)
+
+    def _authorize(self, presented: str, record: TokenRecord | None) -> None:
+        principal_of(presented, self._admin_hash, record, now=utcnow()).require(Scope.GATE_READ)
+
+    def _driver_stamp(self, connection: Connection) -> _Stamp:
+        # SQLite's driver runs in autocommit (kcert.registry.db: isolation_level None), and
+        # no SQLAlchemy transaction is open on this connection here.
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        return _stamp(driver.execute(self._version_sql).fetchone())
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:
@@ -256,6 +287,20 @@ class Gatekeeper(Generic[T]):
         """Forget every cached answer and token (tests; never needed for correctness)."""
         self._entries = {}
         self._tokens = {}
+
+
+def _stamp(row: Any) -> _Stamp:
+    """The cache's stamp from a row of :data:`_VERSION`: the version and the log's size.
+
+    The log's size too: a database restored from an older copy under running servers
+    can climb back to a version number they cached at. With the size in the stamp,
+    ordinary writes (each a leaf) make that a rolled-back or forked log, which the log
+    guard refuses; only writes that also bypass the log could still meet an old stamp,
+    so servers are restarted after a restore (docs/api.md).
+    """
+    if row is None or row[0] is None or row[1] is None:
+        raise _not_migrated()
+    return int(row[0]), int(row[1])
 
 
 def _not_migrated() -> RegistryUnavailable:
