@@ -79,7 +79,6 @@ from gate_seed import Plan, make_gate_token, postgres_database, sqlite_database 
 from loadgen import LoadResult, LoadSpec  # noqa: E402
 
 from kcert.api.serve import APP_FACTORY, freeze_startup_heap  # noqa: E402
-from kcert.registry.db import make_engine, migrate  # noqa: E402
 
 GATE_GOAL_RATIO = 0.5
 P99_GOAL_MS = 10.0
@@ -398,13 +397,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             db = sqlite_database(plan, args.cache_dir, work, say)
         with db as url:
-            # As kcert serve does before its workers start: a seed cached by an older
-            # kcert is brought to the current schema.
-            engine = make_engine(url)
-            try:
-                migrate(engine)
-            finally:
-                engine.dispose()
             bare = Server(free_port(), secrets.token_urlsafe(32))
             gate = Server(free_port(), make_gate_token(url))
             env = {**os.environ, "KCERT_HOME": str(home), "KCERT_DATABASE_URL": url,
