@@ -20,7 +20,12 @@ from sqlalchemy import Engine
 from kcert import __version__
 from kcert.api import openapi, routes_certificates, routes_health, routes_targets, routes_tokens
 from kcert.api.body import JsonBodyMiddleware
-from kcert.api.problems import EXCEPTION_HANDLERS, BodyLimitMiddleware, LastResortMiddleware
+from kcert.api.problems import (
+    EXCEPTION_HANDLERS,
+    BodyLimitMiddleware,
+    HeadLimitMiddleware,
+    LastResortMiddleware,
+)
 from kcert.registry.audit import log_signer
 from kcert.registry.checkpoints import CheckpointGuard, CheckpointPublisher, witness_endpoints
 from kcert.registry.config import Settings
@@ -83,6 +88,7 @@ def create_app(
     # (UTF-8 JSON, depth, NUL), the last resort around all.
     app.add_middleware(JsonBodyMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HeadLimitMiddleware)
     app.add_middleware(LastResortMiddleware)
     return app
 

@@ -57,8 +57,9 @@ def serving_app() -> FastAPI:
     return app
 
 
-#: Bytes a request's line and headers may take together: a longer head, complete or still
-#: arriving, is refused with a 400 before the app sees it (uvicorn's h11 default is 16 KiB).
+#: Bytes a request's line and headers may take together. h11 cuts off a head still arriving
+#: past it with a 400 (uvicorn's h11 default is 16 KiB), and the app answers a complete one
+#: over it with a 431 (:class:`kcert.api.problems.HeadLimitMiddleware`).
 MAX_REQUEST_HEAD_BYTES = 32 * 1024
 
 
