@@ -62,8 +62,8 @@ ALEMBIC_DIR = Path(__file__).resolve().parent / "migrations"
 _READ_ONLY = "kcert_read_only"
 _SQLITE_BUSY_MS = 30_000
 #: Connections per engine: the API runs sync routes on anyio's default thread pool
-#: (40 threads), each holding at most one connection at a time. The gate reads on
-#: connections of its own (kcert.registry.fastread), never waiting for this pool.
+#: (40 threads), each holding at most one connection at a time; the gate reads through
+#: this pool too (kcert.registry.gatekeeper), one connection per request at a time.
 #: PostgreSQL keeps only ``_POOL_KEPT`` of them open between bursts (they are costly).
 POOL_MAX = 40
 _POOL_KEPT = 10

@@ -22,7 +22,17 @@ from pydantic import (
     field_validator,
 )
 from pydantic import Field as PydanticField
-from sqlalchemy import JSON, DateTime, Index, Text, UniqueConstraint, false
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlmodel import Field, SQLModel
 
 from kcert.digest import Digest, DigestError
@@ -455,6 +465,24 @@ class ApiTokenPublic(ApiTokenBase):
 class ApiTokenCreated(ApiTokenPublic):
     #: Shown once: only its hash is kept.
     token: str
+
+
+#: The id of the single ``registry_version`` row.
+REGISTRY_VERSION_ID = 1
+
+
+class RegistryVersion(SQLModel, table=True):
+    """A counter that database triggers raise on every write to a table the gate reads.
+
+    Made with its triggers by the migration ``0006_registry_version``; the gate's
+    cache (:mod:`kcert.registry.gatekeeper`) reuses an answer only at the version it
+    was computed at.
+    """
+
+    __tablename__ = "registry_version"
+
+    id: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
+    version: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
 # The runtime observation tables share this metadata (imported last: they build on the above).
