@@ -21,7 +21,6 @@ Revises: 0005_observations
 from __future__ import annotations
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = "0006_registry_version"
