@@ -86,7 +86,7 @@ _register_all()
 
 
 def _terminate(signum: int, _frame: object) -> None:
-    # unwind as for Ctrl-C: context managers close their sandboxes, atexit discards spares
+    # unwind as for Ctrl-C: context managers close the sandboxes and the worker pool
     raise SystemExit(128 + signum)
 
 
