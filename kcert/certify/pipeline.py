@@ -130,12 +130,12 @@ class _Certifier:
         self.confinement = jail.confinement(
             sandbox=options.sandbox, gpu=executor in spares.GPU_KINDS,
             module_code=options.allow_module_code)  # fmt: skip
-        # the sandbox's worker imports torch or CuPy (seconds) while we build and probe; only a
-        # failed build leaves it unused
-        self.pool.prefetch(executor, sandbox=options.sandbox)
         self.say(f"executor {executor}; reading the environment")
         env = collect_environment(executor)
         hw_class = check_hw_class(options.hw, env.device) if options.hw else env.hw_class
+        # the sandbox's worker imports torch or CuPy (seconds) while we build and probe; only a
+        # build that fails (or a reference that does not load) leaves it unused
+        self.pool.prefetch(executor, sandbox=options.sandbox)
         self.executor = executor
         build_checks, build, build_record = self._build(executor)
         self.say("loading the reference")
