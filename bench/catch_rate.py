@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
@@ -139,8 +140,12 @@ def materialized(kernel: CorpusKernel, mutant: Mutant | None) -> Iterator[Path]:
 
 
 def run_kcert(spec_path: Path, executor: str, *, max_probes: int | None = None,
-              fresh_seed: int | None = None) -> KcertOutcome:  # fmt: skip
-    """Certify the spec's kernel; tests fix ``fresh_seed`` and cap ``max_probes``."""
+              fresh_seed: int | None = None, pool: Any = None) -> KcertOutcome:  # fmt: skip
+    """Certify the spec's kernel; tests fix ``fresh_seed`` and cap ``max_probes``.
+
+    ``pool`` (a :class:`~kcert.certify.spares.WorkerPool`) is shared by a whole run,
+    so that each kernel finds a warm sandbox worker.
+    """
     from kcert.certify.pipeline import CertifyOptions, certify
     from kcert.certify.report import Status
     from kcert.certify.spec import load_spec
@@ -151,7 +156,7 @@ def run_kcert(spec_path: Path, executor: str, *, max_probes: int | None = None,
         kernel = load_spec(spec_path).kernels[0]
         options = CertifyOptions(executor=executor, max_probes=max_probes, fresh_seed=fresh_seed,
                                  minimize=False, timing=False)  # fmt: skip
-        report = certify(kernel, options)
+        report = certify(kernel, options, pool=pool)
     except KcertError as exc:
         return KcertOutcome("refused", ["spec"], exc.diagnostics(), time.perf_counter() - start)
     wall = time.perf_counter() - start
@@ -164,7 +169,7 @@ def run_kcert(spec_path: Path, executor: str, *, max_probes: int | None = None,
 
 
 def evaluate(kernel: CorpusKernel, mutant: Mutant | None, executor: str,
-             oracle: bool = True) -> VariantResult:  # fmt: skip
+             oracle: bool = True, pool: Any = None) -> VariantResult:  # fmt: skip
     with materialized(kernel, mutant) as spec_path:
         chosen = executor
         if executor == "auto":
@@ -176,7 +181,7 @@ def evaluate(kernel: CorpusKernel, mutant: Mutant | None, executor: str,
                 chosen = default_executor(load_spec(spec_path).kernels[0])
             except KcertError:
                 chosen = "triton-interpreter"
-        outcome = run_kcert(spec_path, chosen)
+        outcome = run_kcert(spec_path, chosen, pool=pool)
         checked = run_oracle(spec_path, chosen) if oracle else None
     if mutant is None:
         return VariantResult(kernel.name, "original", "", "", outcome, checked)
@@ -208,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
         print("per variant:")
         print_details(saved)
         return 0
+    from kcert.certify.spares import WorkerPool
+
+    with WorkerPool(spares=1) as pool:
+        return run_corpus(args, pool)
+
+
+def run_corpus(args: argparse.Namespace, pool: Any) -> int:
     from kcert.errors import KcertError
 
     only = {n for n in args.only.split(",") if n} or None
@@ -230,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             label = "original" if mutant is None else mutant.name
             print(f"{kernel.name}/{label} ...", file=sys.stderr, flush=True)
             try:
-                results.append(evaluate(kernel, mutant, args.executor, args.oracle))
+                results.append(evaluate(kernel, mutant, args.executor, args.oracle, pool))
             except KcertError as exc:  # the environment, not the kernel: stop here
                 print(f"catch-rate bench: {exc.diagnostics()}", file=sys.stderr)
                 return 2

@@ -164,7 +164,7 @@ def _root(
 
 
 def _terminate(signum: int, _frame: object) -> None:
-    # unwind as for Ctrl-C: context managers close their sandboxes, atexit discards spares
+    # unwind as for Ctrl-C: context managers close the sandboxes and the worker pool
     raise SystemExit(128 + signum)
 
 

@@ -18,7 +18,7 @@ from kcert.certify.execution import EXECUTORS
 from kcert.certify.pipeline import DEFAULT_DEADLINE_S, CertifyOptions, certify
 from kcert.certify.report import CertificationReport, Status, Verdict
 from kcert.certify.sanitizer import parse_tools
-from kcert.certify.spares import discard_spares
+from kcert.certify.spares import WorkerPool
 from kcert.certify.spec import resolve_kernels
 from kcert.cli.app import EXIT_FAIL, EXIT_OK
 from kcert.cli.ci_options import JUnitOption, SarifOption
@@ -86,10 +86,9 @@ def certify_command(
         certify_many(kernels, options, key=key, out=out, as_json=as_json, outputs=outputs)
     spec = kernels[0]
     started = time.monotonic()
-    with progress(f"certifying {spec.name}") as step:
-        report = certify(spec, options, progress=step)
-    # the key is read last, once no process that ran or compiled kernel code is alive
-    discard_spares()
+    # the key is read last, once the pool is closed: no process that ran kernel code is alive
+    with WorkerPool() as pool, progress(f"certifying {spec.name}") as step:
+        report = certify(spec, options, progress=step, pool=pool)
     write_outputs(outputs, [KernelOutcome.certified(spec, report, time.monotonic() - started)],
                   command="certify")  # fmt: skip
     signing_key = _load_key(key) if key is not None else None

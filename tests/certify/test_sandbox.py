@@ -173,6 +173,8 @@ def test_a_timeout_kills_the_workers_children_too() -> None:
             time.sleep(0.05)
 
     with Sandbox(kernel("hang_with_grandchild"), "triton-interpreter", deadline_s=5) as sandbox:
+        # the worker imports its stack and loads the kernel first: the watch starts after
+        assert sandbox._start() is None
         watcher = threading.Thread(target=watch)
         watcher.start()
         outcome = sandbox.run(job(sandbox.kernel, 4))
