@@ -12,29 +12,11 @@ conditions drawn per probe from the certification's fresh seed
   (the reference answer of another input draw, in the wrong places), guards with plausible values,
   buffers at drawn multiples of 256 bytes that differ by multiples of 512.
 
-From those, per probe:
-
-* ``coverage``: an ``out`` element that holds run A's fill after run A *and*
-  run B's fill after run B was never written (the two fills differ in every
-  element, so no value a kernel computes looks unwritten in both); an element
-  that keeps run B's stale value where run A's output differs kept what it
-  found instead of computing it;
-* ``bounds``: any guard element whose bytes are not what its run put there was
-  written; the farthest such element says how far the overrun went;
-* ``input-integrity``: ``in`` data regions must come back byte for byte;
-* ``determinism``: the written output bytes of runs A and B must be equal,
-  so races, reads of uninitialised memory, of the guards or of the alignment
-  show up;
-* ``special-values``: NaN or Inf in run A's output where the reference,
-  rounded to the output dtype, has none (an Inf where the exact answer is
-  within tolerance of the dtype's overflow threshold is a correct rounding),
-  and the other way round: where the reference is NaN or ±Inf (non-finite
-  inputs, ``[kernel.nonfinite]``), the kernel must give the same;
-* ``correctness``: run A's output against the reference, element by element,
-  with the bounds of :mod:`kcert.certify.tolerance`.
-
-Unwritten and stale elements are coverage's finding alone: they are left out
-of the other output checks, so that each failure names its own cause.
+From those, :func:`evaluate` runs every check of the registry in
+:mod:`kcert.certify.probe_checks` (each class there says what it looks
+for), and keeps run A's outputs and their error metrics for the probe's
+record. This module also lays the buffers out, builds the two jobs, and
+compares outputs with the reference (:func:`compare`, used by the guard too).
 """
 
 from __future__ import annotations
@@ -54,27 +36,38 @@ from kcert.certify.conditions import (
     guard_fill,
     out_fills,
 )
+from kcert.certify.elementwise import (
+    as_float64,
+    data_region,
+    first_index,
+    overflow_excused,
+    same_bytes,
+    ulp,
+)  # fmt: skip
 from kcert.certify.execution import PaddedBuffer, RunJob
 from kcert.certify.executors.base import host_dtype
+from kcert.certify.probe_checks import (
+    PROBE_CHECKS,
+    BufferRuns,
+    Evidence,
+    Finding,
+    OutputEvidence,
+)  # fmt: skip
 from kcert.certify.profile import PROBE_BINS, element_levels, profile
 from kcert.certify.report import ErrorMetrics, ErrorProfile
 from kcert.certify.spec import FLOAT_DTYPES, BufferArg, Intent, KernelSpec, Launch
-from kcert.certify.tolerance import Allowance, float_info
+from kcert.certify.tolerance import Allowance
+
+__all__ = [
+    "Finding", "ProbeEvidence", "ProbeResult", "compare", "error_profile", "evaluate", "gather",
+    "guard_elements", "make_job", "padded_buffer", "timed_output_error", "ulp",
+]  # fmt: skip
 
 #: Guards are at least this many elements, and at least this many rows of the
 #: buffer's innermost extents, so that a whole tile that overruns lands in them.
 MIN_GUARD = 16384
 GUARD_ROWS = 256
 MAX_GUARD = 1 << 22
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One check's failure on one probe."""
-
-    check: str
-    message: str
-    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 def guard_elements(shape: tuple[int, ...]) -> int:
@@ -129,7 +122,7 @@ def make_job(kernel: KernelSpec, launch: Launch, inputs: Mapping[str, np.ndarray
 
 @dataclass(frozen=True)
 class ProbeEvidence:
-    """Everything the checks look at for one probe."""
+    """One probe's two launches as the pipeline hands them over."""
 
     kernel: KernelSpec
     job_a: RunJob
@@ -143,6 +136,7 @@ class ProbeEvidence:
 
 @dataclass
 class ProbeResult:
+    #: By check name, in the order of their ranks (the most basic cause first).
     findings: dict[str, Finding] = field(default_factory=dict)
     metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
     #: Output anchors are taken from these (run A's data regions).
@@ -150,103 +144,47 @@ class ProbeResult:
 
 
 def evaluate(ev: ProbeEvidence) -> ProbeResult:
-    """Run every host-side check on one probe's two launches."""
+    """Run every registered probe check on one probe's two launches."""
+    evidence = gather(ev)
     result = ProbeResult()
-    by_name_a = {b.name: b for b in ev.job_a.buffers}
-    by_name_b = {b.name: b for b in ev.job_b.buffers}
-    bounds: list[str] = []
-    integrity: list[str] = []
-    coverage: list[str] = []
-    determinism: list[str] = []
-    special: list[str] = []
-    correctness: list[str] = []
-    details: dict[str, dict[str, Any]] = {k: {} for k in (
-        "bounds", "input-integrity", "coverage", "determinism", "special-values", "correctness")}
-    for buf in ev.kernel.buffers:
-        pa, pb = by_name_a[buf.name], by_name_b[buf.name]
-        got_a, got_b = ev.out_a[buf.name], ev.out_b[buf.name]
-        for run, job_buf, got in (("A", pa, got_a), ("B", pb, got_b)):
-            overrun = _guard_damage(job_buf, got)
-            if overrun:
-                bounds.append(f"'{buf.name}' {overrun['text']} (run {run})")
-                details["bounds"].setdefault(buf.name, overrun)
-        data_a, data_b = _data(pa, got_a), _data(pb, got_b)
-        if buf.intent is Intent.IN:
-            for run, job_buf, data in (("A", pa, data_a), ("B", pb, data_b)):
-                changed = _changed(job_buf.data(), data)
-                if changed is not None:
-                    count, index = changed
-                    integrity.append(f"'{buf.name}' has {count} element(s) changed, first at "
-                                     f"{index} (run {run})")  # fmt: skip
-                    details["input-integrity"].setdefault(buf.name, {"changed": count,
-                                                                     "first_index": list(index)})
+    for check in sorted(PROBE_CHECKS, key=lambda c: c.rank):
+        finding = check.find(evidence)
+        if finding is not None:
+            result.findings[check.name] = finding
+    budget = PROBE_BINS // max(1, len(ev.kernel.outputs))
+    for out in evidence.outputs:
+        data_a = out.runs.data("A")
+        result.outputs[out.name] = data_a
+        where = error_profile(out.dtype, data_a, out.reference, out.allowance,
+                              unwritten=out.unwritten, budget=budget)  # fmt: skip
+        result.metrics[out.name] = dataclasses.replace(out.metrics, profile=where)
+    return result
+
+
+def gather(ev: ProbeEvidence) -> Evidence:
+    """The checks' view of one probe: each buffer's runs; for outputs, what was written."""
+    sent_a = {b.name: b for b in ev.job_a.buffers}
+    sent_b = {b.name: b for b in ev.job_b.buffers}
+    buffers = tuple(BufferRuns(arg, {"A": sent_a[arg.name], "B": sent_b[arg.name]},
+                               {"A": ev.out_a[arg.name], "B": ev.out_b[arg.name]})
+                    for arg in ev.kernel.buffers)  # fmt: skip
+    outputs: list[OutputEvidence] = []
+    for runs in buffers:
+        if runs.arg.intent is Intent.IN:
             continue
+        data_a, data_b = runs.data("A"), runs.data("B")
         unwritten = np.zeros(data_a.shape, dtype=bool)
         stale = np.zeros(data_a.shape, dtype=bool)
-        if buf.intent is Intent.OUT:
-            fill_a, fill_b = pa.data(), pb.data()
-            unwritten = _same_bytes(data_a, fill_a) & _same_bytes(data_b, fill_b)
-            if unwritten.any():
-                count = int(unwritten.sum())
-                index = _first(unwritten)
-                coverage.append(f"'{buf.name}' has {count} of {unwritten.size} element(s) never "
-                                f"written, first at {index}")  # fmt: skip
-                details["coverage"][buf.name] = {"unwritten": count, "first_index": list(index)}
+        if runs.arg.intent is Intent.OUT:
+            fill_a, fill_b = runs.sent["A"].data(), runs.sent["B"].data()
+            # the two fills differ in every element: no computed value looks unwritten in both
+            unwritten = same_bytes(data_a, fill_a) & same_bytes(data_b, fill_b)
             # run B's buffer held plausible stale values: keeping one is not computing it
-            stale = ~unwritten & _same_bytes(data_b, fill_b) & ~_same_bytes(data_a, data_b)
-            if stale.any():
-                count, index = int(stale.sum()), _first(stale)
-                coverage.append(f"'{buf.name}' kept {count} of {stale.size} stale element(s) "
-                                f"that its buffer held before the launch, first at {index} "
-                                "(run B prefilled it with plausible values, as a reused "
-                                "allocation holds an earlier call's output)")  # fmt: skip
-                details["coverage"].setdefault(buf.name, {}).update(
-                    {"kept_stale": count, "first_stale_index": list(index)})
-        written = ~unwritten
-        differ = written & ~stale & ~_same_bytes(data_a, data_b)
-        if differ.any():
-            count, index = int(differ.sum()), _first(differ)
-            determinism.append(f"'{buf.name}' differs between two launches in {count} element(s), "
-                               f"first at {index}")  # fmt: skip
-            details["determinism"][buf.name] = {"differing": count, "first_index": list(index)}
-        result.outputs[buf.name] = data_a
-        ref = ev.reference[buf.name]
-        allowance = ev.allowances[buf.name]
-        bad_special = _special(buf.dtype, data_a, ref, allowance.allowed) & written
-        if bad_special.any():
-            count, index = int(bad_special.sum()), _first(bad_special)
-            value = data_a[index] if index else data_a.reshape(())
-            special.append(f"'{buf.name}' has {count} NaN/Inf value(s) where the reference has "
-                           f"none, first at {index} (got {value}, expected {ref[index]})")
-            details["special-values"][buf.name] = {"count": count, "first_index": list(index)}
-        lost = lost_specials(buf.dtype, data_a, ref) & written
-        if lost.any():
-            count, index = int(lost.sum()), _first(lost)
-            value = data_a[index] if index else data_a.reshape(())
-            special.append(f"'{buf.name}' has {count} element(s) where the reference is NaN/Inf "
-                           f"and the kernel is not, first at {index} (got {value}, expected "
-                           f"{ref[index]})")  # fmt: skip
-            details["special-values"].setdefault(buf.name, {}).update(
-                {"lost": count, "first_lost_index": list(index)})
-        metrics = compare(buf.dtype, data_a, ref, allowance, mask=written)
-        where = error_profile(buf.dtype, data_a, ref, allowance, unwritten=unwritten,
-                              budget=PROBE_BINS // max(1, len(ev.kernel.outputs)))  # fmt: skip
-        result.metrics[buf.name] = dataclasses.replace(metrics, profile=where)
-        if metrics.bad_count:
-            index = metrics.first_bad_index or ()
-            correctness.append(
-                f"'{buf.name}': {metrics.bad_count} element(s) outside tolerance, first at "
-                f"{index} (got {data_a[index]}, expected {ref[index]}, allowed error "
-                f"{float(allowance.allowed[index]):.3g}); max abs error {metrics.max_abs:.3g}, "
-                f"max rel {metrics.max_rel:.3g}, max {metrics.max_ulp:.3g} ulp")
-            details["correctness"][buf.name] = metrics.to_json() | {
-                "tolerance": allowance.summary()}
-    for name, messages in (("bounds", bounds), ("input-integrity", integrity),
-                           ("coverage", coverage), ("determinism", determinism),
-                           ("special-values", special), ("correctness", correctness)):  # fmt: skip
-        if messages:
-            result.findings[name] = Finding(name, "; ".join(messages), details[name])
-    return result
+            stale = ~unwritten & same_bytes(data_b, fill_b) & ~same_bytes(data_a, data_b)
+        ref, allowance = ev.reference[runs.name], ev.allowances[runs.name]
+        metrics = compare(runs.arg.dtype, data_a, ref, allowance, mask=~unwritten)
+        outputs.append(OutputEvidence(runs, ref, allowance, unwritten, stale, metrics))
+    return Evidence(buffers, tuple(outputs))
 
 
 def timed_output_error(kernel: KernelSpec, job: RunJob, got: Mapping[str, np.ndarray[Any, Any]],
@@ -261,16 +199,16 @@ def timed_output_error(kernel: KernelSpec, job: RunJob, got: Mapping[str, np.nda
     by_name = {b.name: b for b in job.buffers}
     problems: list[str] = []
     for buf in kernel.outputs:
-        data = _data(by_name[buf.name], got[buf.name])
+        data = data_region(by_name[buf.name], got[buf.name])
         ref = reference[buf.name]
         unwritten = np.zeros(data.shape, dtype=bool)
         if buf.intent is Intent.OUT:
             fill = by_name[buf.name].data()
             # where the right answer happens to be the fill, an unwritten element is right
-            unwritten = _same_bytes(data, fill) & ~_same_bytes(np.asarray(ref, data.dtype), fill)
+            unwritten = same_bytes(data, fill) & ~same_bytes(np.asarray(ref, data.dtype), fill)
             if unwritten.any():
                 problems.append(f"'{buf.name}' has {int(unwritten.sum())} of {unwritten.size} "
-                                f"element(s) never written, first at {_first(unwritten)}")
+                                f"element(s) never written, first at {first_index(unwritten)}")
         metrics = compare(buf.dtype, data, ref, allowances[buf.name], mask=~unwritten)
         if metrics.bad_count:
             index = metrics.first_bad_index or ()
@@ -296,7 +234,7 @@ def compare(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
         max_ulp = float((error[finite] / ulp(dtype, r[finite])).max()) if finite.any() else 0.0
     count = int(bad.sum())
     return ErrorMetrics(max_abs=max_abs, max_rel=max_rel, max_ulp=max_ulp, bad_count=count,
-                        first_bad_index=_first(bad) if count else None,
+                        first_bad_index=first_index(bad) if count else None,
                         atol=allowance.atol, rtol=allowance.rtol)  # fmt: skip
 
 
@@ -319,113 +257,12 @@ def error_profile(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, An
 def _judge(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
            allowance: Allowance) -> tuple[np.ndarray[Any, Any], ...]:  # fmt: skip
     """``got`` and ``ref`` in float64, the absolute error, and which elements are within bounds."""
-    g = got.astype(np.float64)
-    r = ref.astype(np.float64)
+    g, r = as_float64(got), as_float64(ref)
     allowed = np.broadcast_to(allowance.allowed, g.shape)
     with np.errstate(all="ignore"):
         error = np.abs(g - r)
         ok = np.isfinite(g) & np.isfinite(r) & (error <= allowed)
         ok |= (np.isnan(g) & np.isnan(r)) | (np.isinf(g) & (g == r))
         if dtype in FLOAT_DTYPES:
-            ok |= _overflow_excused(dtype, g, r, allowed)
+            ok |= overflow_excused(dtype, g, r, allowed)
     return g, r, error, ok
-
-
-def ulp(dtype: str, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """The spacing of ``dtype`` at each value (integers: 1)."""
-    if dtype not in FLOAT_DTYPES:
-        return np.ones(np.shape(values))
-    info = float_info(dtype)
-    with np.errstate(all="ignore"):
-        _, exponent = np.frexp(np.abs(values))
-    # frexp(0) gives exponent 0; zero's spacing is that of the subnormals
-    exponent = np.where(values == 0, int(info.minexp), np.maximum(exponent - 1, int(info.minexp)))
-    spacing: np.ndarray[Any, Any] = np.ldexp(1.0, exponent - int(info.nmant))
-    return spacing
-
-
-def _overflow_excused(dtype: str, g: np.ndarray[Any, Any], r: np.ndarray[Any, Any],
-                      allowed: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
-    """An Inf is a correct rounding when the exact answer may lie past the overflow threshold."""
-    top = float(float_info(dtype).max)
-    threshold = top + float(ulp(dtype, np.array([top]))[0]) / 2
-    with np.errstate(all="ignore"):
-        reach = np.abs(r) + allowed
-        excused: np.ndarray[Any, Any] = (np.isinf(g) & np.isfinite(r) & (np.sign(g) == np.sign(r))
-                                         & (reach >= threshold))
-        return excused
-
-
-def _special(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
-             allowed: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
-    if dtype not in FLOAT_DTYPES:
-        return np.zeros(got.shape, dtype=bool)
-    g = got.astype(np.float64)
-    r = ref.astype(np.float64)
-    allowed = np.broadcast_to(allowed, g.shape)
-    nonfinite = ~np.isfinite(g)
-    excused = _overflow_excused(dtype, g, r, allowed) | (np.isinf(g) & np.isinf(r))
-    bad: np.ndarray[Any, Any] = (nonfinite & np.isfinite(r) & ~excused) | (np.isnan(g)
-                                                                          & ~np.isnan(r))
-    return bad
-
-
-def lost_specials(dtype: str, got: np.ndarray[Any, Any],
-                  ref: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # fmt: skip
-    """Where the reference is NaN or ±Inf and the kernel's element is not the same."""
-    if dtype not in FLOAT_DTYPES:
-        return np.zeros(got.shape, dtype=bool)
-    g = got.astype(np.float64)
-    r = ref.astype(np.float64)
-    lost: np.ndarray[Any, Any] = (np.isnan(r) & ~np.isnan(g)) | (np.isinf(r) & (g != r))
-    return lost
-
-
-def _data(buf: PaddedBuffer, padded: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return padded[buf.guard : buf.guard + buf.size].reshape(buf.shape)
-
-
-def _rows(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Each element's bytes as one row of a uint8 matrix."""
-    flat = np.ascontiguousarray(array).reshape(-1)
-    return flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
-
-
-def _same_bytes(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    same: np.ndarray[Any, Any] = np.all(_rows(a) == _rows(b), axis=1)
-    return same.reshape(a.shape)
-
-
-def _changed(before: np.ndarray[Any, Any],
-             after: np.ndarray[Any, Any]) -> tuple[int, tuple[int, ...]] | None:  # fmt: skip
-    differ = ~_same_bytes(before, after)
-    if not differ.any():
-        return None
-    return int(differ.sum()), _first(differ)
-
-
-def _first(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
-    flat = int(np.flatnonzero(mask.reshape(-1))[0])
-    return tuple(int(i) for i in np.unravel_index(flat, mask.shape))
-
-
-def _guard_damage(buf: PaddedBuffer, got: np.ndarray[Any, Any]) -> dict[str, Any] | None:
-    """Where a guard band was written: element counts and the farthest distance on each side."""
-    end = buf.guard + buf.size
-    before = ~_same_bytes(got[: buf.guard], buf.padded[: buf.guard])
-    after = ~_same_bytes(got[end:], buf.padded[end:])
-    if not before.any() and not after.any():
-        return None
-    parts: list[str] = []
-    info: dict[str, Any] = {"guard_elements": buf.guard}
-    if after.any():
-        far = int(np.flatnonzero(after)[-1]) + 1
-        info["after"] = {"written": int(after.sum()), "farthest": far}
-        parts.append(f"written up to {far} element(s) past its end ({int(after.sum())} written)")
-    if before.any():
-        far = buf.guard - int(np.flatnonzero(before)[0])
-        info["before"] = {"written": int(before.sum()), "farthest": far}
-        parts.append(f"written up to {far} element(s) before its start ({int(before.sum())} "
-                     "written)")  # fmt: skip
-    info["text"] = " and ".join(parts)
-    return info

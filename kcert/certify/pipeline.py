@@ -23,13 +23,20 @@ import numpy as np
 import kcert
 from kcert.certify import jail, spares
 from kcert.certify.anchors import anchor
-from kcert.certify.checks import Finding, ProbeEvidence, evaluate, make_job, timed_output_error
+from kcert.certify.checks import ProbeEvidence, evaluate, make_job, timed_output_error
 from kcert.certify.conditions import SCHEME, RunConditions, draw_conditions, stale_seed
 from kcert.certify.entry import check_entry
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.interpreter import blame, fail_build_on_bool_ops, static_hazards
 from kcert.certify.minimize import Budget, Stop, search
+from kcert.certify.probe_checks import (
+    PROBE_CHECK_NAMES,
+    PROBE_CHECKS,
+    Correctness,
+    Finding,
+    ProbeCheck,
+)  # fmt: skip
 from kcert.certify.probes import (
     Probe,
     derive_seed,
@@ -58,10 +65,6 @@ from kcert.certify.spec import KernelSpec, SpecError
 from kcert.certify.tolerance import Allowance, allowances
 from kcert.errors import KcertError
 
-#: Checks made on every probe's two launches (the order they are reported in).
-PROBE_CHECKS: tuple[str, ...] = (
-    "correctness", "coverage", "bounds", "input-integrity", "determinism", "special-values",
-)  # fmt: skip
 DEFAULT_DEADLINE_S = 60.0
 #: Probe runs that minimization may spend, over all failing checks together.
 MINIMIZE_RUNS = 40
@@ -96,14 +99,25 @@ class _ProbeOutcome:
 
 
 def certify(kernel: KernelSpec, options: CertifyOptions | None = None,
-            progress: Progress | None = None) -> CertificationReport:  # fmt: skip
-    """Certify ``kernel``; raise :class:`~kcert.errors.KcertError` for bad input or environment."""
-    return _Certifier(kernel, options or CertifyOptions(), progress or (lambda _: None)).run()
+            progress: Progress | None = None, *,
+            pool: spares.WorkerPool | None = None) -> CertificationReport:  # fmt: skip
+    """Certify ``kernel``; raise :class:`~kcert.errors.KcertError` for bad input or environment.
+
+    The sandboxes take their workers from ``pool``, which the caller closes; without
+    one, a pool of this call's own is closed before it returns, so that no worker
+    outlives it.
+    """
+    say = progress or (lambda _: None)
+    if pool is not None:
+        return _Certifier(kernel, options or CertifyOptions(), say, pool).run()
+    with spares.WorkerPool() as own:
+        return _Certifier(kernel, options or CertifyOptions(), say, own).run()
 
 
 class _Certifier:
-    def __init__(self, kernel: KernelSpec, options: CertifyOptions, progress: Progress) -> None:
-        self.kernel, self.options, self.say = kernel, options, progress
+    def __init__(self, kernel: KernelSpec, options: CertifyOptions, progress: Progress,
+                 pool: spares.WorkerPool) -> None:  # fmt: skip
+        self.kernel, self.options, self.say, self.pool = kernel, options, progress, pool
 
     # ------------------------------------------------------------------ the whole run
 
@@ -119,11 +133,12 @@ class _Certifier:
         self.confinement = jail.confinement(
             sandbox=options.sandbox, gpu=executor in spares.GPU_KINDS,
             module_code=options.allow_module_code)  # fmt: skip
-        # the sandbox's worker imports torch or CuPy (seconds) while we build and probe
-        spares.prewarm(executor, sandbox=options.sandbox)
         self.say(f"executor {executor}; reading the environment")
         env = collect_environment(executor)
         hw_class = check_hw_class(options.hw, env.device) if options.hw else env.hw_class
+        # the sandbox's worker imports torch or CuPy (seconds) while we build and probe; only a
+        # build that fails (or a reference that does not load) leaves it unused
+        self.pool.prefetch(executor, sandbox=options.sandbox)
         self.executor = executor
         build_checks, build, build_record = self._build(executor)
         self.say("loading the reference")
@@ -142,7 +157,7 @@ class _Certifier:
         if any(c.status is Status.FAIL for c in build_checks if c.name == "build"):
             reason = "not run: the build failed"
             checks += [CheckResult(n, Status.SKIP, reason) for n in (
-                "launch", *PROBE_CHECKS, "fresh-probes")]
+                "launch", *PROBE_CHECK_NAMES, "fresh-probes")]
             timing_check, timing_report = _skipped_timing(reason)
             checks.append(_sanitizer_skipped(reason) if options.sanitize else _sanitizer_skipped())
         else:
@@ -150,7 +165,8 @@ class _Certifier:
 
             arch = build.arch if build is not None else None
             with Sandbox(kernel, executor, deadline_s=options.deadline_s, arch=arch,
-                         build=build, sandbox=options.sandbox) as self.sandbox:  # fmt: skip
+                         build=build, sandbox=options.sandbox,
+                         pool=self.pool) as self.sandbox:  # fmt: skip
                 fixed = self._run_all(probe_set.probes, "fixed")
                 fresh_outcomes = self._run_all(fresh, "fresh") if _clean(fixed) else []
                 records = [o.record for o in (*fixed, *fresh_outcomes) if o.record is not None]
@@ -299,8 +315,8 @@ class _Certifier:
                    uncovered: Mapping[str, tuple[int, ...]]) -> list[CheckResult]:  # fmt: skip
         checks = [_launch_check(fixed + fresh)]
         ran = [o for o in fixed if o.record is not None]
-        for name in PROBE_CHECKS:
-            checks.append(_probe_check(name, ran, len(fixed), uncovered))
+        for check in PROBE_CHECKS:
+            checks.append(_probe_check(check, ran, len(fixed), uncovered))
         checks.append(_fresh_check(fresh, fresh_seed, clean=_clean(fixed)))
         return checks
 
@@ -338,10 +354,10 @@ class _Certifier:
             if found.stopped is not None:
                 self.minimize_stopped[name] = found.stopped
 
-        for name in PROBE_CHECKS:
-            failing = next((o for o in fixed if name in o.findings), None)
+        for check in PROBE_CHECKS:
+            failing = next((o for o in fixed if check.name in o.findings), None)
             if failing is not None:
-                shrink(name, failing.probe, _fails_check(name))
+                shrink(check.name, failing.probe, _fails_check(check.name))
         crashed = next((o for o in fixed if o.launch is not None), None)
         if crashed is not None and crashed.launch is not None:
             # a hang costs a whole deadline per try: only crashes and errors are shrunk
@@ -374,7 +390,8 @@ class _Certifier:
         def run_probes(wrapper: tuple[str, ...], share: Path) -> list[str]:
             failures: list[str] = []
             with Sandbox(self.kernel, executor, deadline_s=deadline_s, build=build,
-                         wrapper=wrapper, share=share, sandbox=self.options.sandbox) as box:
+                         wrapper=wrapper, share=share, sandbox=self.options.sandbox,
+                         pool=self.pool) as box:  # fmt: skip
                 for probe, job in zip(chosen, jobs, strict=True):
                     outcome = box.run(job)
                     if not outcome.ok:
@@ -408,6 +425,9 @@ class _Certifier:
         inputs = make_inputs(self.kernel, largest)
         job = make_job(self.kernel, largest.launch, inputs, "A",
                        runs=draw_conditions(self.fresh_seed, largest.id))  # fmt: skip
+        if self.kernel.baseline is not None:
+            # the baseline's worker imports while the kernel is timed
+            self.pool.prefetch(self.executor, sandbox=self.options.sandbox)
         try:
             kernel_time = self.sandbox.time(job, "kernel",
                                             check=self._timed_output_check(largest, inputs, job))
@@ -432,7 +452,8 @@ class _Certifier:
 
             # a worker of its own, which never loads the kernel
             with Sandbox(self.kernel, self.executor, deadline_s=self.options.deadline_s,
-                         sandbox=self.options.sandbox, mode="baseline") as other:  # fmt: skip
+                         sandbox=self.options.sandbox, mode="baseline",
+                         pool=self.pool) as other:  # fmt: skip
                 result = other.time(job, "baseline")
             baseline = None if isinstance(result, RunOutcome) else result
         lower_bound = moved = None
@@ -497,15 +518,16 @@ def _launch_check(outcomes: list[_ProbeOutcome]) -> CheckResult:
     )  # fmt: skip
 
 
-def _probe_check(name: str, ran: list[_ProbeOutcome], total: int,
+def _probe_check(check: ProbeCheck, ran: list[_ProbeOutcome], total: int,
                  uncovered: Mapping[str, tuple[int, ...]]) -> CheckResult:  # fmt: skip
+    name = check.name
     if not ran:
         return CheckResult(name, Status.SKIP, "not evaluated: no probe ran to completion")
     failing = [o for o in ran if name in o.findings]
     details: dict[str, Any] = {"probes": len(ran)}
     if uncovered:
         details["uncovered_dim_values"] = {k: list(v) for k, v in uncovered.items()}
-    if name == "correctness":
+    if isinstance(check, Correctness):
         details["worst"] = _worst_metrics(ran)
     if failing:
         first = failing[0]
@@ -515,18 +537,8 @@ def _probe_check(name: str, ran: list[_ProbeOutcome], total: int,
         return CheckResult(name, Status.FAIL, f"{len(failing)} of {len(ran)} probe(s) fail; "
                            f"{finding.message}", first.probe.id, details=details)  # fmt: skip
     note = "" if len(ran) == total else f" ({total - len(ran)} probe(s) did not run)"
-    return CheckResult(name, Status.PASS, f"{_PASS_TEXT[name]} on {len(ran)} probe(s){note}",
+    return CheckResult(name, Status.PASS, f"{check.passes} on {len(ran)} probe(s){note}",
                        details=details)  # fmt: skip
-
-
-_PASS_TEXT = {
-    "correctness": "every element within tolerance",
-    "coverage": "every output element written",
-    "bounds": "no write outside any buffer",
-    "input-integrity": "inputs unchanged",
-    "determinism": "identical output bytes across fills, guards and addresses",
-    "special-values": "NaN and Inf exactly where the reference has them",
-}
 
 
 def _fresh_check(fresh: list[_ProbeOutcome], seed: int, *, clean: bool) -> CheckResult:

@@ -88,6 +88,23 @@ def test_upgrade_head_then_downgrade_base_then_upgrade_again(empty_engine: Engin
     assert REGISTRY_TABLES <= _tables(empty_engine)
 
 
+def test_the_token_targets_column_keeps_the_version_triggers(empty_engine: Engine) -> None:
+    """0007 adds api_token.targets in place: a revoked token still bumps the gate's version."""
+    for _ in range(2):  # after upgrade, and after downgrade 0006 then upgrade again
+        migrate(empty_engine)
+        with empty_engine.begin() as conn:
+            before = conn.execute(text("SELECT version FROM registry_version")).scalar_one()
+            conn.execute(text(
+                "INSERT INTO api_token (id, token_hash, scopes, targets, created_at) VALUES "
+                "('tok_1', :h, '[]', '[\"prod-a\"]', CURRENT_TIMESTAMP)"), {"h": "a" * 64})
+            conn.execute(text("UPDATE api_token SET revoked_at = CURRENT_TIMESTAMP"))
+            after = conn.execute(text("SELECT version FROM registry_version")).scalar_one()
+            assert after > before
+            conn.execute(text("DELETE FROM api_token"))
+        downgrade(empty_engine, "0006_registry_version")
+        assert "targets" not in {c["name"] for c in inspect(empty_engine).get_columns("api_token")}
+
+
 def test_migrating_twice_is_harmless(empty_engine: Engine) -> None:
     migrate(empty_engine)
     migrate(empty_engine)

@@ -20,6 +20,7 @@ from typing import Any
 from kcert import __version__
 from kcert.certify.ci.locate import Location, build_findings, definition
 from kcert.certify.ci.outcome import KernelOutcome
+from kcert.certify.probe_checks import PROBE_CHECKS
 from kcert.certify.report import CHECK_NAMES, Status
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -30,12 +31,7 @@ RULES: dict[str, str] = {
     "artifact": "Registers, spills, local and shared memory, required and forbidden PTX "
                 "patterns are within the spec's limits.",
     "launch": "Every launch completes: no CUDA error, no crash, no hang.",
-    "correctness": "Every output element is within atol + rtol * |reference| on every probe.",
-    "coverage": "Every output element is written (outputs are poisoned before launch).",
-    "bounds": "Nothing is written outside a buffer (guard bands around every buffer).",
-    "input-integrity": "Input buffers are left unchanged.",
-    "determinism": "Outputs are identical across launches with other poison and addresses.",
-    "special-values": "No NaN or Inf in outputs where the reference has none.",
+    **{check.name: check.summary for check in PROBE_CHECKS},
     "fresh-probes": "The kernel also passes probes drawn at certification time.",
     "timing": "The kernel's time against its baseline is physically possible.",
     "sanitizer": "compute-sanitizer tools find nothing.",
