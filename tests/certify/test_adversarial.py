@@ -37,6 +37,9 @@ class Case:
     #: For bugs whose symptom depends on the hardware's scheduling (races, stale shared
     #: memory): at least one of these must fail, and nothing outside ``fails | one_of``.
     one_of: frozenset[str] = frozenset()
+    #: Checks that may fail as well, depending on the drawn test conditions (what the
+    #: guard next to the data held in each run): never instead of ``fails``.
+    may_fail: frozenset[str] = frozenset()
 
     def __str__(self) -> str:
         return self.kernel
@@ -57,8 +60,11 @@ TRITON_ADVERSARIAL = [
     case("relu_sparse_store", "coverage", says={"coverage": "never written"}),
     case("add_writes_input", "input-integrity", says={"input-integrity": "'x'"}),
     # reads x[n], in the guard band: reads cannot damage the guards, so bounds stays
-    # clean; the poison it reads differs between the two runs and is NaN in run A
-    case("neighbor_sum_oob_read", "determinism", "correctness", "special-values"),
+    # clean; the guard next to the data differs between the two runs (plausible in one,
+    # small or non-finite in the other), so the read always shows as determinism, and as
+    # correctness or special-values too in the probes where it met a NaN or an infinity
+    case("neighbor_sum_oob_read", "determinism", says={"determinism": "differs"},
+         may_fail=frozenset({"correctness", "special-values"})),
     # run A's buffers are never 256-byte aligned, so its slow path shows in run A alone
     # (correctness), and where run B's are 512-byte aligned, between the runs (determinism)
     case("add_alignment_path", "correctness", "determinism", says={"determinism": "differs"}),
@@ -87,7 +93,9 @@ def assert_outcome(report: CertificationReport, c: Case) -> None:
         assert failed & c.one_of and failed <= c.fails | c.one_of, (
             f"{c.kernel}: expected one of {sorted(c.one_of)} to fail\n{detail}")
     else:
-        assert failed == c.fails, f"{c.kernel}: expected {sorted(c.fails)} to fail\n{detail}"
+        assert c.fails <= failed <= c.fails | c.may_fail, (
+            f"{c.kernel}: expected {sorted(c.fails)} to fail"
+            f" (and perhaps {sorted(c.may_fail)})\n{detail}")
     assert report.verdict is (Verdict.FAIL if c.fails or c.one_of else Verdict.PASS)
     for name, word in c.says.items():
         message = next(x.message for x in report.checks if x.name == name)
@@ -108,7 +116,8 @@ CUDA_ADVERSARIAL = [
     case("add_early_exit", "coverage", says={"coverage": "never written"}),
     case("relu_sparse_store", "coverage", says={"coverage": "never written"}),
     case("add_writes_input", "input-integrity", says={"input-integrity": "'x'"}),
-    case("neighbor_sum_oob_read", "determinism", "correctness", "special-values"),
+    case("neighbor_sum_oob_read", "determinism", says={"determinism": "differs"},
+         may_fail=frozenset({"correctness", "special-values"})),
     case("add_alignment_path", "correctness", "determinism", says={"determinism": "differs"}),
     case("row_sum_f16_acc", "correctness"),
     case("softmax_no_max", "special-values", "correctness", says={"special-values": "NaN"}),
