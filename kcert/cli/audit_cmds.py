@@ -44,17 +44,17 @@ from kcert.log.merkle import leaf_hash
 from kcert.log.monitor import AuditResult, AuditState, Finding, audit_log, state_dir_name
 from kcert.log.note import Checkpoint, Verifier, open_checkpoint
 from kcert.log.proofs import verify_inclusion
-from kcert.log.replay import (
+from kcert.log.source import HttpLogSource, LogSource
+from kcert.registry.errors import ReplayError
+from kcert.registry.replay import (
     MISMATCH_KIND,
     AnchorDifference,
     DecisionReplay,
     EnvelopeFetcher,
-    ReplayError,
     check_candidates,
     compare_anchors,
     replay_decision,
 )
-from kcert.log.source import HttpLogSource, LogSource
 
 if TYPE_CHECKING:
     from kcert.registry.consistency import Commitments
@@ -91,9 +91,10 @@ def open_source(registry: str | None) -> tuple[LogSource, Path]:
         return HttpLogSource(url, token=token), settings.home
     from sqlalchemy.engine import make_url
 
-    from kcert.registry.audit import DatabaseLogSource, log_signer
+    from kcert.registry.audit import log_signer
     from kcert.registry.checkpoints import CheckpointGuard, witness_endpoints
     from kcert.registry.db import engine_for
+    from kcert.registry.log_source import DatabaseLogSource
 
     db_url = settings.resolved_database_url()
     parsed = make_url(db_url)
@@ -483,7 +484,8 @@ class _ProvedLog:
             self.findings.append(Finding(None, f"the log's current checkpoint: {exc}"))
 
     def _key(self) -> Verifier | None:
-        from kcert.registry.audit import LOG_KEY_FILE, DatabaseLogSource
+        from kcert.registry.audit import LOG_KEY_FILE
+        from kcert.registry.log_source import DatabaseLogSource
 
         pinned = self.state.pinned()
         if pinned is not None or not isinstance(self.source, DatabaseLogSource):
@@ -504,7 +506,7 @@ class _ProvedLog:
     def prove(self) -> None:
         """Hold the leaves read against the current checkpoint and every earlier one known."""
         from kcert.log.monitor import prove_leaves
-        from kcert.registry.audit import DatabaseLogSource
+        from kcert.registry.log_source import DatabaseLogSource
 
         if self.checkpoint is None or self._verifier is None:
             return
