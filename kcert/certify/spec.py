@@ -234,7 +234,6 @@ class KernelSpec:
     num_warps: int | None = None
     #: Non-finite values (``nan``, ``inf``, ``-inf``) an input buffer's probes may hold.
     nonfinite: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    _table: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: Scalars and consts in the order they can be evaluated (each after what it names);
     #: empty: the order they are listed in.
     order: tuple[str, ...] = ()
@@ -583,7 +582,7 @@ class _Table:
             shared_mem=shared_mem, dims=dims, args=args, tolerance=self.tolerance(),
             values=self.values(buffers, names), nonfinite=self.nonfinite(buffers),
             artifact=self.artifact(), probes=self.probe_settings(), code=code,
-            build_options=tuple(options), num_warps=num_warps, _table=dict(self.t),
+            build_options=tuple(options), num_warps=num_warps,
             order=self.evaluation_order(args),
         )  # fmt: skip
 
