@@ -438,13 +438,17 @@ class _Certifier:
                          sandbox=self.options.sandbox, mode="baseline") as other:  # fmt: skip
                 result = other.time(job, "baseline")
             baseline = None if isinstance(result, RunOutcome) else result
-        lower_bound = moved = None
+        # A device that cannot tell its peak bandwidth gets no bound (the check says so); any
+        # other failure here must not switch the physically-impossible-speed check off quietly.
         try:
-            moved = timing.traffic_bytes(self.kernel, largest.launch,
-                                         l2_bytes=timing.l2_cache_bytes())  # fmt: skip
-            lower_bound = timing.memory_lower_bound_ms(moved, timing.device_peak_bandwidth())
-        except Exception:  # a figure the driver cannot give: the bound is simply not applied
-            lower_bound = None
+            lower_bound, moved = timing.launch_lower_bound(self.kernel, largest.launch)
+        except (timing.TimingError, RuntimeError, ValueError, ArithmeticError,
+                LookupError) as exc:  # fmt: skip
+            check = CheckResult("timing", Status.FAIL, f"the memory-traffic lower bound could "
+                                f"not be computed, so the time cannot be judged: {exc!r}",
+                                largest.id)  # fmt: skip
+            return check, TimingReport(timing.METHOD, kernel_time, baseline, None, None,
+                                       skipped_reason=check.message)  # fmt: skip
         check, report = timing.timing_outcome(kernel_time, baseline, lower_bound_ms=lower_bound,
                                               bytes_moved=moved)  # fmt: skip
         return _with_probe(check, largest.id), report
