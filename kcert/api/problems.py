@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from kcert.digest import DigestError
 from kcert.errors import KcertError
 from kcert.registry import errors as reg
-from kcert.registry.checkpoints import LogInconsistent
+from kcert.registry.errors import LogInconsistent
 
 PROBLEM_BASE = "https://kcert.dev/problems/"
 PROBLEM_MEDIA_TYPE = "application/problem+json"

@@ -29,12 +29,11 @@ from typing import Any, Literal
 
 from kcert.certify.build_child import RawBuild, build_in_child
 from kcert.certify.environment import HW_CLASSES
-from kcert.certify.errors import BuildError, CompilerUnavailable
+from kcert.certify.errors import ArchError, BuildError, CompilerUnavailable
 from kcert.certify.report import BuildRecord, Resources
 from kcert.certify.sources import SourceBundle
 from kcert.certify.spec import KernelSpec
 from kcert.digest import Digest
-from kcert.errors import KcertError
 
 #: Compute architecture per hardware class (``--hw``), for ``--arch``'s default.
 #: ``sm_XX`` of every GPU class, from the one hardware table in ``environment``.
@@ -46,10 +45,6 @@ DEFAULT_HW = "H100"
 _ARCH = re.compile(r"^sm_(\d{2,3})[af]?$")
 #: Bumped whenever the cached layout or the way a build is made changes.
 _CACHE_FORMAT = 3
-
-
-class ArchError(KcertError):
-    kind = "usage"
 
 
 def arch_for_hw(hw_class: str) -> str:

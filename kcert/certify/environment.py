@@ -21,8 +21,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from kcert.certify.errors import DriftFieldError, EnvironmentUnavailable, HardwareMismatch
 from kcert.digest import Digest
-from kcert.errors import KcertError
 
 #: What a GPU run records, in the order people read it.
 GPU_FIELDS: tuple[str, ...] = (
@@ -72,20 +72,6 @@ HW_CLASSES: Mapping[str, tuple[str, tuple[int, int]] | None] = {
     "cpu": None,  # the Triton interpreter only
 }
 EXECUTOR_CHOICES: tuple[str, ...] = ("auto", "cuda", "triton", "triton-interpreter")
-
-
-class EnvironmentUnavailable(KcertError):
-    """The environment cannot be read, or does not fit what was asked (exit code 2)."""
-
-    kind = "environment"
-
-
-class DriftFieldError(KcertError):
-    kind = "bad-drift-fields"
-
-
-class HardwareMismatch(KcertError):
-    kind = "hardware-mismatch"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from kcert.certify.anchors import anchor
 from kcert.certify.checks import ProbeEvidence, evaluate, make_job, timed_output_error
 from kcert.certify.conditions import SCHEME, RunConditions, draw_conditions, stale_seed
 from kcert.certify.entry import check_entry
+from kcert.certify.errors import SpecError
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.interpreter import blame, fail_build_on_bool_ops, static_hazards
@@ -61,7 +62,7 @@ from kcert.certify.report import (
 )  # fmt: skip
 from kcert.certify.scope import domain_note, scope_notes
 from kcert.certify.sizes import largest_elements, shape_scope
-from kcert.certify.spec import KernelSpec, SpecError
+from kcert.certify.spec import KernelSpec
 from kcert.certify.tolerance import Allowance, allowances
 from kcert.errors import KcertError
 

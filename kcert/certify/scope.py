@@ -21,8 +21,9 @@ import math
 import re
 import tokenize
 
+from kcert.certify.errors import SpecError
 from kcert.certify.report import ScopeNote
-from kcert.certify.spec import FLOAT_DTYPES, Intent, KernelSpec, SpecError, ValueDomain
+from kcert.certify.spec import FLOAT_DTYPES, Intent, KernelSpec, ValueDomain
 
 #: Where exp overflows, by the precision the kernel most likely computes in (f16 and
 #: bf16 inputs are usually widened to float32 before exp).

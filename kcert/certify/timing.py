@@ -53,9 +53,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kcert.certify.errors import TimedOutputError, TimingError
 from kcert.certify.report import CheckResult, Status, TimingReport, TimingResult
 from kcert.certify.spec import Intent, KernelSpec, Launch
-from kcert.errors import KcertError
 
 __all__ = [
     "METHOD", "Measurement", "TimedOutputError", "TimingError", "TimingResult",
@@ -93,18 +93,6 @@ extern "C" __global__ void kcert_gate(unsigned long long ns) {
     } while (now - start < ns);
 }
 """
-
-
-class TimingError(KcertError):
-    """Timing could not be done on this machine."""
-
-    kind = "timing"
-
-
-class TimedOutputError(TimingError):
-    """The output of the last timed run was wrong: the timed work was not the real work."""
-
-    kind = "timed-output-mismatch"
 
 
 # --------------------------------------------------------------------------- pure parts

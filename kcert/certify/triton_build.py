@@ -26,17 +26,9 @@ from typing import Any
 
 from kcert.certify.build import Build, check_arch, finish_build, load_cached, store_cached
 from kcert.certify.build_child import RawBuild, build_in_child
-from kcert.certify.errors import BuildError, CompilerUnavailable
+from kcert.certify.errors import BuildError, CompilerUnavailable, SpecError
 from kcert.certify.executors.base import Fault, import_code
-from kcert.certify.spec import (
-    BufferArg,
-    ConstArg,
-    ConstValue,
-    KernelSpec,
-    NoneArg,
-    ScalarArg,
-    SpecError,
-)
+from kcert.certify.spec import BufferArg, ConstArg, ConstValue, KernelSpec, NoneArg, ScalarArg
 from kcert.digest import Digest
 
 _TRITON_TYPES = {

@@ -662,9 +662,9 @@ def state(
     from sqlalchemy.exc import SQLAlchemyError
 
     from kcert.registry.config import Settings
-    from kcert.registry.consistency import LogUnexplained, check_state
+    from kcert.registry.consistency import check_state
     from kcert.registry.db import make_engine, read_session
-    from kcert.registry.errors import RegistryUnavailable
+    from kcert.registry.errors import LogUnexplained, RegistryUnavailable
 
     settings = Settings()
     url = database or settings.resolved_database_url()

@@ -15,13 +15,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from kcert.log.errors import LogError, LogRangeError
-
-
-class LogSourceError(LogError):
-    """The log cannot be read at all (unreachable, or not a kcert log)."""
-
-    kind = "log-unreachable"
+from kcert.log.errors import LogRangeError, LogSourceError
 
 
 class LogSource(Protocol):

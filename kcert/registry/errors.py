@@ -111,3 +111,15 @@ class ReplayError(LogError):
     """
 
     kind = "log-replay"
+
+
+class LogInconsistent(LogError):
+    """The database's tree does not extend the last checkpoint this log signed (HTTP 503)."""
+
+    kind = "log-inconsistent"
+
+
+class LogUnexplained(RegistryError):
+    """The log cannot be folded at all (a leaf is missing or unreadable)."""
+
+    kind = "log-unexplained"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from kcert.certify.errors import ExecutorUnavailable, NoDeviceError
 from kcert.certify.execution import EXECUTORS
-from kcert.certify.executors.base import ExecutorUnavailable, NoDeviceError
 from kcert.certify.spec import KernelSpec
 from kcert.errors import UsageError
 
