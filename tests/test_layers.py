@@ -163,3 +163,35 @@ def test_certify_never_imports_the_registry() -> None:
         if target == "kcert.registry" or target.startswith("kcert.registry.")
     ]
     assert wrong == []
+
+
+def _local_import_groups(path: Path) -> Iterator[tuple[int, int]]:
+    """First and last line of each run of consecutive imports inside a function."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            for field in ("body", "orelse", "finalbody"):
+                statements = getattr(node, field, None)
+                if not isinstance(statements, list):
+                    continue
+                run: list[ast.stmt] = []
+                for statement in [*statements, None]:
+                    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                        run.append(statement)
+                        continue
+                    if run:
+                        yield run[0].lineno, run[-1].end_lineno or run[-1].lineno
+                    run = []
+
+
+def test_function_local_imports_say_why() -> None:
+    """A function-local import is rare, and says ``# lazy: <why>`` on it or just above it."""
+    unexplained = []
+    for name, path in MODULES.items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for first, last in sorted(set(_local_import_groups(path))):
+            if not any("# lazy:" in line for line in lines[max(first - 2, 0) : last]):
+                unexplained.append(f"{name}:{first}")
+    assert unexplained == []

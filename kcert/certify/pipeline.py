@@ -112,6 +112,7 @@ class _Certifier:
     # ------------------------------------------------------------------ the whole run
 
     def run(self) -> CertificationReport:
+        # lazy: kcert.certify.sandbox imports this module back (a cycle inside the package)
         from kcert.certify.environment import check_hw_class, collect_environment
         from kcert.certify.sandbox import check_executor, default_executor
 
@@ -150,6 +151,7 @@ class _Certifier:
             timing_check, timing_report = _skipped_timing(reason)
             checks.append(_sanitizer_skipped(reason) if options.sanitize else _sanitizer_skipped())
         else:
+            # lazy: kcert.certify.sandbox imports this module back (a cycle inside the package)
             from kcert.certify.sandbox import Sandbox
 
             arch = build.arch if build is not None else None
@@ -191,11 +193,13 @@ class _Certifier:
 
     def _build(self, executor: str) -> tuple[list[CheckResult], Any, BuildRecord | None]:
         """``build`` and ``artifact`` checks from lint; the CUDA build the sandbox runs."""
+        # lazy: kcert.certify.lint imports this module back (a cycle inside the package)
         from kcert.certify.build import DEFAULT_HW, arch_for_hw
         from kcert.certify.errors import BuildError, CompilerUnavailable
         from kcert.certify.lint import lint
 
         if executor == "cuda" or executor == "triton":
+            # lazy: kcert.certify.sandbox imports this module back (a cycle inside the package)
             from kcert.certify.sandbox import device_arch
 
             arch = device_arch()
@@ -361,6 +365,7 @@ class _Certifier:
 
     def _sanitize(self, executor: str, build: Any, probes: tuple[Probe, ...]) -> CheckResult:
         """The ``sanitizer`` check: a probe or two again under each compute-sanitizer tool."""
+        # lazy: kcert.certify.sandbox imports this module back (a cycle inside the package)
         from kcert.certify import sanitizer
         from kcert.certify.sandbox import Sandbox
 
@@ -402,6 +407,7 @@ class _Certifier:
         failed = [c.name for c in checks if c.status is Status.FAIL and c.required]
         if failed:
             return _skipped_timing(f"not timed: the kernel failed {', '.join(failed)}")
+        # lazy: timing and the sanitizer load only when a run gets that far
         from kcert.certify import timing
 
         ran = [o for o in fixed if o.record is not None]
@@ -432,6 +438,7 @@ class _Certifier:
         self.sandbox.close()
         baseline = None
         if self.kernel.baseline is not None:
+            # lazy: kcert.certify.sandbox imports this module back (a cycle inside the package)
             from kcert.certify.sandbox import Sandbox
 
             # a worker of its own, which never loads the kernel
@@ -569,12 +576,14 @@ def _score(metrics: ErrorMetrics) -> float:
 
 
 def _sanitizer_skipped(reason: str | None = None) -> CheckResult:
+    # lazy: timing and the sanitizer load only when a run gets that far
     from kcert.certify import sanitizer
 
     return sanitizer.not_asked() if reason is None else sanitizer.skipped(reason)
 
 
 def _skipped_timing(reason: str) -> tuple[CheckResult, TimingReport]:
+    # lazy: timing and the sanitizer load only when a run gets that far
     from kcert.certify.timing import skipped_timing
 
     return skipped_timing(reason)

@@ -169,6 +169,7 @@ def _narrow_float(dtype: np.dtype[Any]) -> bool:
     if dtype.kind != "V" or dtype.fields is not None:
         return False
     try:
+        # lazy: ml_dtypes is needed only for the narrow float dtypes
         import ml_dtypes
 
         ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]

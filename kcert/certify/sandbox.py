@@ -50,7 +50,12 @@ from typing import IO, Any, Literal
 import numpy as np
 
 from kcert.certify import spares
-from kcert.certify.errors import ExecutorUnavailable, NoDeviceError, TimingUnavailable
+from kcert.certify.errors import (
+    ExecutorUnavailable,
+    NoDeviceError,
+    TimedOutputError,
+    TimingUnavailable,
+)
 from kcert.certify.execution import RunJob, RunOutcome, RunStatus
 from kcert.certify.executors.base import BufferLayout, effective_shift
 from kcert.certify.executors.choice import (
@@ -99,6 +104,7 @@ class Sandbox:
         self.artifact: bytes | None = None
         if executor == "cuda" and mode == "kernel":
             if build is None:
+                # lazy: only a CUDA kernel's sandbox builds it in the parent (NVRTC)
                 from kcert.certify.build import build_cuda
 
                 build = build_cuda(kernel, arch=arch or device_arch(), sandbox=sandbox)
@@ -393,8 +399,6 @@ class Sandbox:
             self._stop_worker()
             return RunOutcome(RunStatus.CRASH, f"the worker sent a malformed result after {what}")
         if check is not None:
-            from kcert.certify.errors import TimedOutputError
-
             try:
                 check(arrays)
             except Exception as exc:  # whatever the check raises means: wrong output

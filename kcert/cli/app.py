@@ -64,6 +64,7 @@ def _root(
 
 
 def _register_all() -> None:
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.cli import (
         attest_cmds,
         audit_cmds,

@@ -84,6 +84,7 @@ def serve_command(
     ] = False,
 ) -> None:  # fmt: skip
     """Run the registry API (database KCERT_DATABASE_URL, first admin token KCERT_ADMIN_TOKEN)."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.api.serve import serve
     from kcert.registry.db import dispose_engines, engine_for, migrate
 
@@ -325,6 +326,7 @@ def token_revoke_command(
 
 def _read_environment(path: Path | None) -> dict[str, Any]:
     if path is None:
+        # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
         from kcert.certify.environment import collect_environment
 
         return dict(collect_environment("auto").fields)

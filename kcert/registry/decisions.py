@@ -283,6 +283,7 @@ def promote(
     if replaces is not None:
         if str(replaces) == kernel_id:
             raise InvalidInput("a kernel does not replace itself (--replaces)")
+        # lazy: only a promotion that replaces a kernel compares latencies
         from kcert.registry.perf import latency_inputs
 
         latency = latency_inputs(session, target=target, kernel=kernel_id, replaces=str(replaces))

@@ -24,6 +24,9 @@ from typing import Any
 import numpy as np
 
 from kcert.certify.anchors import anchor
+from kcert.certify.executors.base import host_dtype
+from kcert.certify.reference import Reference
+from kcert.certify.spec import Intent
 from kcert.digest import Digest
 from kcert.registry.errors import InvalidInput, TooLarge
 from kcert.registry.observation_models import EvidenceArray, MismatchReport
@@ -137,13 +140,8 @@ def recheck(
     either may be what the guard recorded. Outputs present in the evidence are
     compared with the reference under the spec's tolerance (``atol + rtol·|ref|``).
     """
-    from kcert.certify.executors.base import host_dtype
-    from kcert.certify.reference import Reference
-
     dims = {str(k): int(v) for k, v in mismatch.get("dims", {}).items()}
     launch = kernel.bind(dims)
-    from kcert.certify.spec import Intent
-
     wanted = [b.name for b in kernel.buffers if b.intent is not Intent.OUT]
     missing = [name for name in wanted if name not in arrays]
     if missing:

@@ -271,6 +271,7 @@ class _PostgresConnections(ReadConnections):
             yield reader
 
     async def _connect(self) -> Any:
+        # lazy: only a PostgreSQL registry needs its driver
         import psycopg
 
         _, params = self._engine.dialect.create_connect_args(self._engine.url)

@@ -29,7 +29,7 @@ import numpy as np
 
 from kcert.certify.execution import RunStatus
 from kcert.certify.sources import SourceFile
-from kcert.certify.spec import KernelSpec, Launch
+from kcert.certify.spec import ConstArg, KernelSpec, Launch, NoneArg, ScalarArg
 
 #: Every padded array starts at this alignment plus the job's address shift. A page,
 #: not the 256 bytes CUDA promises, so that the certifier's two runs differ in
@@ -47,6 +47,7 @@ _MESSAGE_LIMIT = 4000
 def host_dtype(dtype: str) -> np.dtype[Any]:
     """The NumPy dtype of a spec dtype (bf16 through ml_dtypes)."""
     if dtype == "bf16":
+        # lazy: ml_dtypes is needed only for the narrow float dtypes
         import ml_dtypes
 
         bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
@@ -156,7 +157,6 @@ class Executor(abc.ABC):
 def scalar_kwargs(kernel: KernelSpec, launch: Launch) -> Mapping[str, Any]:
     """Scalars and consts by name, as plain Python values of the declared kind; unused
     pointers (``none``) as ``None``."""
-    from kcert.certify.spec import ConstArg, NoneArg, ScalarArg
 
     values: dict[str, Any] = {}
     for arg in kernel.args:
