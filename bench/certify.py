@@ -14,9 +14,11 @@ up to the wall time. Columns:
 - ``probes``: building probe dims, inputs and run jobs (padding, poison);
 - ``ref``: loading and calling the NumPy reference, ``tol`` the tolerance bounds around it;
 - ``worker``: taking (or starting) the sandboxed worker process, waiting for it to
-  import torch/Triton or CuPy and load the kernel, and closing it; after the first
-  kernel the worker is a warm spare (:mod:`kcert.certify.spares`) that imported
-  while the previous kernel ran, so mostly the first kernel pays here;
+  import torch/Triton or CuPy and load the kernel, and closing it; every
+  certification here shares one :class:`~kcert.certify.spares.WorkerPool` that
+  keeps a warm worker ahead (as ``kcert certify`` does for several kernels), so
+  after the first kernel the worker imported while the previous kernel ran, and
+  mostly the first kernel pays here;
 - ``runs``: the kernel's own runs, from job sent to answer received (worker side);
 - ``xfer``: moving buffers to and from the worker;
 - ``checks``: the host-side checks and the anchors (SHA-256 of every array);
@@ -156,7 +158,7 @@ class KernelCost:
         return 1.0 - self.seconds.get("runs", 0.0) / self.wall_s if self.wall_s else 0.0
 
 
-def measure(spec: Any, executor: str, max_probes: int | None, key: Any,
+def measure(spec: Any, executor: str, max_probes: int | None, key: Any, pool: Any,
             sandbox: bool = True) -> KernelCost:  # fmt: skip
     import kcert.attest.certificate as attest
     from kcert.certify.pipeline import CertifyOptions, certify
@@ -165,7 +167,7 @@ def measure(spec: Any, executor: str, max_probes: int | None, key: Any,
     options = CertifyOptions(executor=executor, max_probes=max_probes, sandbox=sandbox)
     with instrumented(clock):
         start = time.perf_counter()
-        report = clock.wrap("other", certify)(spec, options)
+        report = clock.wrap("other", certify)(spec, options, pool=pool)
         # Looked up through the module at call time, so the timed one runs.
         attest.sign_report(report, key)
         wall = time.perf_counter() - start
@@ -204,6 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from kcert.attest.keys import generate_private_key
+    from kcert.certify.spares import WorkerPool
+
+    with WorkerPool(spares=1) as pool:
+        return run(args, pool, generate_private_key())
+
+
+def run(args: argparse.Namespace, pool: Any, key: Any) -> int:
     from kcert.certify.sandbox import default_executor
     from kcert.certify.spec import load_spec
     from kcert.errors import KcertError
@@ -218,25 +227,24 @@ def main(argv: list[str] | None = None) -> int:
     if not specs:
         print(f"certify bench: no kernel named {sorted(wanted)} in {args.spec}", file=sys.stderr)
         return 2
-    key = generate_private_key()
     costs: list[KernelCost] = []
     executor = args.executor
     for spec in specs:
         chosen = default_executor(spec) if executor == "auto" else executor
         print(f"certifying {spec.name} ({chosen}) ...", file=sys.stderr, flush=True)
         try:
-            costs.append(measure(spec, chosen, args.max_probes, key))
+            costs.append(measure(spec, chosen, args.max_probes, key, pool))
         except KcertError as exc:
             print(f"  {spec.name}: {exc.diagnostics()}", file=sys.stderr)
             return 2
     print_table(costs, executor)
     if args.sandbox_cost:
-        print_sandbox_cost(specs, executor, args.max_probes, key)
+        print_sandbox_cost(specs, executor, args.max_probes, key, pool)
     return 0
 
 
 def print_sandbox_cost(specs: tuple[Any, ...], executor: str, max_probes: int | None,
-                       key: Any) -> None:  # fmt: skip
+                       key: Any, pool: Any) -> None:  # fmt: skip
     """Wall time with and without the sandbox, in alternating batches, and their ratio."""
     from kcert.certify.sandbox import default_executor
 
@@ -246,7 +254,7 @@ def print_sandbox_cost(specs: tuple[Any, ...], executor: str, max_probes: int | 
               file=sys.stderr, flush=True)  # fmt: skip
         for spec in specs:
             chosen = default_executor(spec) if executor == "auto" else executor
-            walls[sandbox][spec.name].append(measure(spec, chosen, max_probes, key,
+            walls[sandbox][spec.name].append(measure(spec, chosen, max_probes, key, pool,
                                                      sandbox).wall_s)  # fmt: skip
     print("sandbox cost: wall seconds per kernel (sum of 2 batches each)")
     print(f"{'kernel':10}{'no sandbox':>12}{'sandbox':>10}{'ratio':>8}")

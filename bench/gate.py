@@ -21,8 +21,8 @@ What it does, all on 127.0.0.1 and bounded in time:
    gate too.
 3. Serves both the way the README recommends for production, ``kcert serve
    --workers N`` (:func:`kcert.api.serve.serve`: uvicorn with uvloop and
-   httptools, one worker per server CPU, no access log, a listening socket
-   that keeps TCP_NODELAY). The bare endpoint (same route shape, same bearer
+   h11 capping the request head, one worker per server CPU, no access log, a
+   listening socket that keeps TCP_NODELAY). The bare endpoint (same route shape, same bearer
    header, no database) is served with exactly the same options.
 4. Drives both from a separate process in alternating rounds, so drift on a
    shared machine hits both alike: wrk for saturation throughput when it is

@@ -100,15 +100,18 @@ def refine(model: Model, workdir: Path, *, max_rounds: int = 5,
     options = kcert.CertifyOptions(executor=executor)
     rounds: list[Round] = []
     prompt = TASK
-    for number in range(1, max_rounds + 1):
-        (workdir / "scale.py").write_text(model(prompt))
-        kernel = kcert.load_kernel(workdir / "kcert.toml", "scale")
-        report = kcert.certify_kernel(kernel, options)
-        rounds.append(Round(number, report.verdict, report.feedback()))
-        if report.verdict is kcert.Verdict.PASS:
-            break
-        prompt = (f"{TASK}\n\nYour last kernel failed certification. What kcert found:\n\n"
-                  f"{report.feedback()}\n\nWrite a corrected kernel.")  # fmt: skip
+    # one pool for every round, a warm sandbox worker kept ahead: while the model writes the
+    # next kernel, its worker imports torch and Triton; closing the pool kills them all
+    with kcert.WorkerPool(spares=1) as pool:
+        for number in range(1, max_rounds + 1):
+            (workdir / "scale.py").write_text(model(prompt))
+            kernel = kcert.load_kernel(workdir / "kcert.toml", "scale")
+            report = kcert.certify_kernel(kernel, options, pool=pool)
+            rounds.append(Round(number, report.verdict, report.feedback()))
+            if report.verdict is kcert.Verdict.PASS:
+                break
+            prompt = (f"{TASK}\n\nYour last kernel failed certification. What kcert found:\n\n"
+                      f"{report.feedback()}\n\nWrite a corrected kernel.")  # fmt: skip
     return rounds
 
 

@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     # certification
     "certify_kernel": "kcert.facade",
     "CertifyOptions": "kcert.certify.pipeline",
+    "WorkerPool": "kcert.certify.spares",
     "CertificationReport": "kcert.certify.report",
     "CheckResult": "kcert.certify.report",
     "Status": "kcert.certify.report",
@@ -105,6 +106,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "__version__",
     "load_kernel", "load_spec", "KernelSpec", "SpecFile", "certify_kernel", "CertifyOptions",
+    "WorkerPool",
     "CertificationReport", "CheckResult", "Status", "Verdict", "generate_key", "write_keypair",
     "load_private_key", "load_public_key", "key_id", "sign", "verify", "inspect",
     "write_certificate", "read_certificate", "certificate_id", "Envelope", "CertificateContents",
@@ -144,6 +146,7 @@ if TYPE_CHECKING:
     from kcert.certify.errors import BuildError, SpecError
     from kcert.certify.pipeline import CertifyOptions
     from kcert.certify.report import CertificationReport, CheckResult, Status, Verdict
+    from kcert.certify.spares import WorkerPool
     from kcert.certify.spec import KernelSpec, SpecFile, load_spec
     from kcert.digest import Digest
     from kcert.errors import KcertError

@@ -30,6 +30,7 @@ from kcert.attest.dsse import Envelope
 from kcert.attest.keys import generate_private_key, trust_map
 from kcert.certify.pipeline import CertifyOptions, Progress, certify
 from kcert.certify.report import CertificationReport
+from kcert.certify.spares import WorkerPool
 from kcert.certify.spec import KernelSpec, resolve_kernel
 
 if TYPE_CHECKING:
@@ -53,12 +54,16 @@ def load_kernel(path: Path | str, name: str | None = None) -> KernelSpec:
 
 
 def certify_kernel(kernel: KernelSpec, options: CertifyOptions | None = None, *,
-                   progress: Progress | None = None) -> CertificationReport:  # fmt: skip
+                   progress: Progress | None = None,
+                   pool: WorkerPool | None = None) -> CertificationReport:  # fmt: skip
     """Certify ``kernel`` (sandboxed); the report's ``verdict`` and ``feedback()`` say how it went.
 
+    A loop that certifies again and again passes one ``pool``
+    (``kcert.WorkerPool(spares=1)``, closed when the loop ends), so that each
+    certification finds a sandbox worker that has already imported its stack.
     Named ``certify_kernel`` because ``kcert.certify`` is the package that does the work.
     """
-    return certify(kernel, options, progress)
+    return certify(kernel, options, progress, pool=pool)
 
 
 def generate_key() -> Ed25519PrivateKey:

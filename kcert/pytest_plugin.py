@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,9 +28,12 @@ import pytest
 
 if TYPE_CHECKING:
     from kcert.certify.ci import KernelOutcome
+    from kcert.certify.spares import WorkerPool
     from kcert.certify.spec import KernelSpec
 
 SPEC_NAME = "kcert.toml"
+#: The session's sandbox workers, made when the first kernel runs and closed with the session.
+_POOL = pytest.StashKey["WorkerPool"]()
 _EXECUTORS = ("auto", "cuda", "triton", "triton-interpreter")
 
 
@@ -62,9 +64,23 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    spares = sys.modules.get("kcert.certify.spares")
-    if spares is not None:  # a certification ran: leave no worker behind
-        spares.discard_spares()
+    pool = session.config.stash.get(_POOL, None)
+    if pool is not None:  # a kernel ran: leave no worker behind
+        pool.close()
+
+
+def _pool(item: KcertItem) -> WorkerPool:
+    """The session's pool, keeping a warm worker ahead while another kernel follows ``item``."""
+    # lazy: this plugin loads in every pytest run; kcert's modules only when it collects
+    from kcert.certify.spares import WorkerPool
+
+    pool = item.config.stash.get(_POOL, None)
+    if pool is None:
+        pool = item.config.stash[_POOL] = WorkerPool()
+    items = item.session.items
+    later = items[items.index(item) + 1 :] if item in items else []
+    pool.spares = int(any(isinstance(i, KcertItem) for i in later))
+    return pool
 
 
 def _collecting(config: pytest.Config) -> bool:
@@ -156,7 +172,7 @@ class KcertItem(pytest.Item):
         options = CertifyOptions(executor=executor,
                                  max_probes=self.config.getoption("kcert_max_probes"))
         started = time.monotonic()
-        report = certify(self.kernel, options)
+        report = certify(self.kernel, options, pool=_pool(self))
         self.outcome = KernelOutcome.certified(self.kernel, report, time.monotonic() - started)
         self.user_properties.append(("kcert_verdict", self.outcome.verdict))
         for check in report.checks:

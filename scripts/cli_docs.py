@@ -30,8 +30,10 @@ failed certification, a denied gate or promotion, an invalid signature, an
 audit that found a difference; **2** bad input, usage or environment (an
 unreadable spec, a missing file, no GPU for a CUDA kernel, an unreachable
 registry), with a message on stderr and nothing changed. `--json` prints
-exactly one JSON object on stdout (on an error, `{"error": {"type",
-"detail"}}`); progress and messages go to stderr.
+exactly one JSON object on stdout (on an error, a usage error such as an
+unknown option included, `{"error": {"type", "detail"}}`); progress and
+messages go to stderr, where progress is one plain line per step when stderr
+is not a terminal. Output that is not a terminal is never wrapped.
 
 Environment: `KCERT_HOME` (default `~/.kcert`: the embedded registry, build
 cache, log key), `KCERT_REGISTRY` (a registry server's URL; none: the

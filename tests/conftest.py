@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import pytest
 
@@ -21,10 +22,21 @@ def gpu_present() -> bool:
         return False
 
 
+@functools.cache
+def triton_present() -> bool:
+    """True when the ``[triton]`` extra (Triton and torch) is installed."""
+    return all(importlib.util.find_spec(name) is not None for name in ("triton", "torch"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if gpu_present():
-        return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU; none is visible to CuPy here")
+    skips = {}
+    if not gpu_present():
+        skips["gpu"] = pytest.mark.skip(reason="needs an NVIDIA GPU; none is visible to CuPy here")
+    if not triton_present():
+        skips["triton"] = pytest.mark.skip(
+            reason="needs Triton and torch (pip install 'kcert[triton]'); they are not installed"
+        )
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)

@@ -26,7 +26,12 @@ from kcert.api import (
     routes_tokens,
 )
 from kcert.api.body import JsonBodyMiddleware
-from kcert.api.problems import EXCEPTION_HANDLERS, BodyLimitMiddleware, LastResortMiddleware
+from kcert.api.problems import (
+    EXCEPTION_HANDLERS,
+    BodyLimitMiddleware,
+    HeadLimitMiddleware,
+    LastResortMiddleware,
+)
 from kcert.registry.audit import log_signer
 from kcert.registry.checkpoints import CheckpointGuard, CheckpointPublisher, witness_endpoints
 from kcert.registry.config import Settings
@@ -91,6 +96,7 @@ def create_app(
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
         per_path={"/v1/observations": settings.observation_max_body_bytes},
     )  # fmt: skip
+    app.add_middleware(HeadLimitMiddleware)
     app.add_middleware(LastResortMiddleware)
     return app
 
@@ -100,7 +106,6 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.checkpoint_publisher.start()
     yield
     app.state.checkpoint_publisher.stop()
-    # The gate's own read connections (outside the engine's pool); the engine's stay its owner's.
     app.state.gatekeeper.close()
     app.state.log_guard.close()
 

@@ -21,6 +21,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kcert.api.serve import MAX_REQUEST_HEAD_BYTES
 from kcert.digest import DigestError
 from kcert.errors import KcertError
 from kcert.registry import errors as reg
@@ -56,6 +57,7 @@ TITLES: Mapping[int, str] = {
     409: "Conflict",
     413: "Request body too large",
     415: "Unsupported media type",
+    431: "Request header fields too large",
     422: "Unprocessable request",
     500: "Internal error",
     503: "Service unavailable",
@@ -170,6 +172,34 @@ async def send_validation_problem(
     await _send_problem(
         send, 422, "validation-error", f"{'.'.join(where)}: {msg}", {"errors": [error]}
     )
+
+
+class HeadLimitMiddleware:
+    """Refuse a request whose line and headers take over ``max_bytes`` with a 431 problem.
+
+    The parser bounds what it buffers (``kcert serve`` sets h11's cap on an
+    incomplete head), but a head that arrives whole in one read is parsed at
+    any size up to that read; this holds every request to the same cap.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int = MAX_REQUEST_HEAD_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            size = len(scope.get("raw_path") or scope["path"].encode()) + len(
+                scope.get("query_string", b"")
+            )
+            size += sum(len(name) + len(value) for name, value in scope.get("headers", ()))
+            if size > self.max_bytes:
+                await _send_problem(
+                    send, 431, "request-head-too-large",
+                    f"the request line and headers take more than {self.max_bytes} bytes; "
+                    "send less",
+                )  # fmt: skip
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:

@@ -85,11 +85,8 @@ async def gate(
     target: Annotated[str, Query(max_length=128, pattern=NAME_PATTERN)],
 ) -> Response:
     """May this kernel run on this target now? Read-only. Needs the scope ``gate:read``."""
-    # The hot route, answered on the event loop: a read of the registry's version (a cached
-    # answer) or two indexed reads (a new one), with no session or principal dependency
-    # layers, on the gatekeeper's own connections (never waiting for the route threads'
-    # pool). A hop to the thread pool costs more CPU than a read, and under the GIL it buys
-    # no parallelism; PostgreSQL's round trips are awaited, so the loop serves others meanwhile.
+    # The hot route, without session or principal dependency layers: the gatekeeper reads the
+    # registry's version and answers from its cache, or reads the token and the decision.
     gatekeeper: Gatekeeper[bytes] = request.app.state.gatekeeper
     answer = await gatekeeper.answer(token=token, kernel=kernel, target=target)
     return Response(answer.rendered, media_type="application/json")

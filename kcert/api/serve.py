@@ -14,15 +14,17 @@ The app is built in each worker by the factory named in ``app`` (default
 settings from the environment, then its start-up heap frozen), so each worker
 has its own engine, pool and gate cache; the gate cache stays correct across
 workers through the registry's version (see :mod:`kcert.registry.gatekeeper`).
-Requests are parsed by httptools with a cap on the request head
-(:mod:`kcert.api.http_protocol`) on uvloop, both picked up by uvicorn.
+Requests are parsed by h11 on uvloop. h11 caps the request head through
+uvicorn's own setting (``h11_max_incomplete_event_size``,
+:data:`MAX_REQUEST_HEAD_BYTES`); httptools is faster but buffers a request
+head of any size, and capping it needs uvicorn's private protocol classes.
 
 Worker start-up. uvicorn's supervisor pings each worker from the moment it
 spawns it and kills one that does not answer within
 ``timeout_worker_healthcheck`` (5 s); a worker starts answering only once
 its interpreter is up and it has unpickled its config and re-run the parent's
 ``__main__`` script. Everything heavy therefore comes after that: the HTTP
-protocol is named by its import string (a class would be imported while the
+protocol is named by its string (a class would be imported while the
 config is unpickled), the console script imports the CLI only when it runs
 (:mod:`kcert.cli`), and the database is migrated once, by the caller of
 :func:`serve`, before any worker starts, never by a worker.
@@ -31,7 +33,6 @@ config is unpickled), the console script imports the CLI only when it runs
 from __future__ import annotations
 
 import gc
-import importlib.util
 import socket
 import sys
 from typing import TYPE_CHECKING
@@ -57,19 +58,10 @@ def serving_app() -> FastAPI:
     return app
 
 
-#: :class:`kcert.api.http_protocol.CappedHttpToolsProtocol`, as uvicorn imports it.
-CAPPED_HTTPTOOLS = "kcert.api.http_protocol:CappedHttpToolsProtocol"
-
-
-def http_protocol() -> str:
-    """httptools with a cap on request heads (:mod:`kcert.api.http_protocol`), else h11.
-
-    An import string, which each worker imports once it answers health checks.
-    h11 (pure Python, slower) caps request heads itself, at 16 KiB.
-    """
-    if importlib.util.find_spec("httptools") is None:
-        return "h11"
-    return CAPPED_HTTPTOOLS
+#: Bytes a request's line and headers may take together. h11 cuts off a head still arriving
+#: past it with a 400 (uvicorn's h11 default is 16 KiB), and the app answers a complete one
+#: over it with a 431 (:class:`kcert.api.problems.HeadLimitMiddleware`).
+MAX_REQUEST_HEAD_BYTES = 32 * 1024
 
 
 def freeze_startup_heap() -> None:
@@ -117,7 +109,7 @@ def serve(
         sys.path.insert(0, app_dir)
     config = uvicorn.Config(
         app, factory=True, host=host, port=port, workers=workers, access_log=access_log,
-        log_level=log_level, http=http_protocol(),
+        log_level=log_level, http="h11", h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES,
     )  # fmt: skip
     if workers <= 1:
         uvicorn.Server(config).run()

@@ -37,6 +37,7 @@ from kcert.certify.conditions import (
     out_fills,
 )
 from kcert.certify.elementwise import (
+    as_float64,
     data_region,
     first_index,
     overflow_excused,
@@ -256,8 +257,7 @@ def error_profile(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, An
 def _judge(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any],
            allowance: Allowance) -> tuple[np.ndarray[Any, Any], ...]:  # fmt: skip
     """``got`` and ``ref`` in float64, the absolute error, and which elements are within bounds."""
-    g = got.astype(np.float64)
-    r = ref.astype(np.float64)
+    g, r = as_float64(got), as_float64(ref)
     allowed = np.broadcast_to(allowance.allowed, g.shape)
     with np.errstate(all="ignore"):
         error = np.abs(g - r)

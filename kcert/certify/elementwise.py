@@ -96,8 +96,7 @@ def unexpected_specials(dtype: str, got: np.ndarray[Any, Any], ref: np.ndarray[A
     """Where the kernel gave NaN or Inf and the reference, within ``allowed``, does not."""
     if dtype not in FLOAT_DTYPES:
         return np.zeros(got.shape, dtype=bool)
-    g = got.astype(np.float64)
-    r = ref.astype(np.float64)
+    g, r = as_float64(got), as_float64(ref)
     allowed = np.broadcast_to(allowed, g.shape)
     nonfinite = ~np.isfinite(g)
     excused = overflow_excused(dtype, g, r, allowed) | (np.isinf(g) & np.isinf(r))
@@ -111,10 +110,16 @@ def lost_specials(dtype: str, got: np.ndarray[Any, Any],
     """Where the reference is NaN or ±Inf and the kernel's element is not the same."""
     if dtype not in FLOAT_DTYPES:
         return np.zeros(got.shape, dtype=bool)
-    g = got.astype(np.float64)
-    r = ref.astype(np.float64)
+    g, r = as_float64(got), as_float64(ref)
     lost: np.ndarray[Any, Any] = (np.isnan(r) & ~np.isnan(g)) | (np.isinf(r) & (g != r))
     return lost
+
+
+def as_float64(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``array`` in float64; NaN payloads of low-precision dtypes (ml_dtypes' bfloat16) make
+    NumPy warn "invalid value encountered in cast", which says nothing about the kernel."""
+    with np.errstate(invalid="ignore"):
+        return array.astype(np.float64)
 
 
 def _rows(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

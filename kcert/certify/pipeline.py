@@ -100,14 +100,25 @@ class _ProbeOutcome:
 
 
 def certify(kernel: KernelSpec, options: CertifyOptions | None = None,
-            progress: Progress | None = None) -> CertificationReport:  # fmt: skip
-    """Certify ``kernel``; raise :class:`~kcert.errors.KcertError` for bad input or environment."""
-    return _Certifier(kernel, options or CertifyOptions(), progress or (lambda _: None)).run()
+            progress: Progress | None = None, *,
+            pool: spares.WorkerPool | None = None) -> CertificationReport:  # fmt: skip
+    """Certify ``kernel``; raise :class:`~kcert.errors.KcertError` for bad input or environment.
+
+    The sandboxes take their workers from ``pool``, which the caller closes; without
+    one, a pool of this call's own is closed before it returns, so that no worker
+    outlives it.
+    """
+    say = progress or (lambda _: None)
+    if pool is not None:
+        return _Certifier(kernel, options or CertifyOptions(), say, pool).run()
+    with spares.WorkerPool() as own:
+        return _Certifier(kernel, options or CertifyOptions(), say, own).run()
 
 
 class _Certifier:
-    def __init__(self, kernel: KernelSpec, options: CertifyOptions, progress: Progress) -> None:
-        self.kernel, self.options, self.say = kernel, options, progress
+    def __init__(self, kernel: KernelSpec, options: CertifyOptions, progress: Progress,
+                 pool: spares.WorkerPool) -> None:  # fmt: skip
+        self.kernel, self.options, self.say, self.pool = kernel, options, progress, pool
 
     # ------------------------------------------------------------------ the whole run
 
@@ -124,11 +135,12 @@ class _Certifier:
         self.confinement = jail.confinement(
             sandbox=options.sandbox, gpu=executor in spares.GPU_KINDS,
             module_code=options.allow_module_code)  # fmt: skip
-        # the sandbox's worker imports torch or CuPy (seconds) while we build and probe
-        spares.prewarm(executor, sandbox=options.sandbox)
         self.say(f"executor {executor}; reading the environment")
         env = collect_environment(executor)
         hw_class = check_hw_class(options.hw, env.device) if options.hw else env.hw_class
+        # the sandbox's worker imports torch or CuPy (seconds) while we build and probe; only a
+        # build that fails (or a reference that does not load) leaves it unused
+        self.pool.prefetch(executor, sandbox=options.sandbox)
         self.executor = executor
         build_checks, build, build_record = self._build(executor)
         self.say("loading the reference")
@@ -156,7 +168,8 @@ class _Certifier:
 
             arch = build.arch if build is not None else None
             with Sandbox(kernel, executor, deadline_s=options.deadline_s, arch=arch,
-                         build=build, sandbox=options.sandbox) as self.sandbox:  # fmt: skip
+                         build=build, sandbox=options.sandbox,
+                         pool=self.pool) as self.sandbox:  # fmt: skip
                 fixed = self._run_all(probe_set.probes, "fixed")
                 fresh_outcomes = self._run_all(fresh, "fresh") if _clean(fixed) else []
                 records = [o.record for o in (*fixed, *fresh_outcomes) if o.record is not None]
@@ -383,7 +396,8 @@ class _Certifier:
         def run_probes(wrapper: tuple[str, ...], share: Path) -> list[str]:
             failures: list[str] = []
             with Sandbox(self.kernel, executor, deadline_s=deadline_s, build=build,
-                         wrapper=wrapper, share=share, sandbox=self.options.sandbox) as box:
+                         wrapper=wrapper, share=share, sandbox=self.options.sandbox,
+                         pool=self.pool) as box:  # fmt: skip
                 for probe, job in zip(chosen, jobs, strict=True):
                     outcome = box.run(job)
                     if not outcome.ok:
@@ -418,6 +432,9 @@ class _Certifier:
         inputs = make_inputs(self.kernel, largest)
         job = make_job(self.kernel, largest.launch, inputs, "A",
                        runs=draw_conditions(self.fresh_seed, largest.id))  # fmt: skip
+        if self.kernel.baseline is not None:
+            # the baseline's worker imports while the kernel is timed
+            self.pool.prefetch(self.executor, sandbox=self.options.sandbox)
         try:
             kernel_time = self.sandbox.time(job, "kernel",
                                             check=self._timed_output_check(largest, inputs, job))
@@ -443,7 +460,8 @@ class _Certifier:
 
             # a worker of its own, which never loads the kernel
             with Sandbox(self.kernel, self.executor, deadline_s=self.options.deadline_s,
-                         sandbox=self.options.sandbox, mode="baseline") as other:  # fmt: skip
+                         sandbox=self.options.sandbox, mode="baseline",
+                         pool=self.pool) as other:  # fmt: skip
                 result = other.time(job, "baseline")
             baseline = None if isinstance(result, RunOutcome) else result
         # A device that cannot tell its peak bandwidth gets no bound (the check says so); any

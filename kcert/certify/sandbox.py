@@ -16,9 +16,10 @@ Whatever the kernel does, the parent gets a :class:`RunOutcome`:
 
 The child is started with ``subprocess`` in a new session (never forked from a
 process that may hold a CUDA context) and always reaped: no zombie or orphan
-outlives the sandbox. It is started when the sandbox is made, and is usually
-a warm spare (:mod:`kcert.certify.spares`) that imported torch or CuPy
-before any kernel existed; either way no other kernel ever ran in it. Arrays
+outlives the sandbox. It is started when the sandbox is made, or taken from
+the caller's :class:`~kcert.certify.spares.WorkerPool`, where it may be warm:
+it imported torch or CuPy before any kernel existed. Either way no other
+kernel ever ran in it. Arrays
 cross the pipes as raw bytes, never pickled lists, and the parent never
 unpickles anything the child sends.
 
@@ -86,6 +87,8 @@ class Sandbox:
     ``build`` is the :class:`~kcert.certify.build.Build` to run for a CUDA
     kernel; without it the sandbox builds for ``arch`` (default: the device's).
     ``wrapper`` is put before every worker's command line (compute-sanitizer).
+    ``pool`` is where its workers come from (warm ones when the pool has them);
+    without one, each worker is started when the sandbox needs it.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class Sandbox:
         arch: str | None = None, build: Any = None, startup_s: float = DEFAULT_STARTUP_S,
         sandbox: bool = True, mode: Literal["kernel", "baseline"] = "kernel",
         wrapper: tuple[str, ...] = (), share: Path | None = None,
+        pool: spares.WorkerPool | None = None,
     ) -> None:  # fmt: skip
         check_executor(kernel, executor)
         if deadline_s <= 0:
@@ -101,6 +105,7 @@ class Sandbox:
         self.deadline_s, self.startup_s = deadline_s, startup_s
         self.sandbox, self.mode = sandbox, mode
         self.wrapper, self.share = tuple(wrapper), share
+        self._pool = pool
         self.artifact: bytes | None = None
         if executor == "cuda" and mode == "kernel":
             if build is None:
@@ -151,9 +156,9 @@ class Sandbox:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def _spawn(self) -> None:
-        """Adopt a worker no kernel has run in (a warm spare when one fits)."""
-        worker = spares.take(self.executor, sandbox=self.sandbox, wrapper=self.wrapper,
-                             share=self.share)  # fmt: skip
+        """Adopt a worker no kernel has run in (a warm one when the pool has one that fits)."""
+        take = self._pool.take if self._pool is not None else spares.start
+        worker = take(self.executor, sandbox=self.sandbox, wrapper=self.wrapper, share=self.share)
         self._finalizer.detach()
         if self._log is not None:
             self._log.close()  # the previous worker's: it is reaped, its tail already read

@@ -30,12 +30,28 @@ more fresh probe takes every drawn dim at its largest drawn size together
 ``probes.max_elements``): a kernel wrong only once a buffer's element count
 (``m * n``) passes what any listed combination reaches is found there, and the
 certificate records the largest buffer probed (``largest_elements``).
+
+Two more fresh probes sit on tile boundaries (:func:`tile_sizes`). A Triton
+kernel splits a dim into tiles of a power of two (16 to 4096 elements), and a
+wrong program-id mapping (tiles that overlap, or leave gaps between them) hides
+wherever the last, partial tile masks the damage away: it shows only at an
+exact multiple of the tile, with two tiles or more. Per drawn dim whose cap
+holds two tiles of 16, ``T`` is the largest power of two up to 4096 of which
+the cap holds two; the first tile probe takes a drawn multiple ``k * T``
+(``k >= 2``), which is a multiple of every smaller power of two too, so one size
+puts every likely block size at two tiles or more; the second takes another
+drawn multiple one below or one above it (the sign drawn), where the last
+tile is short by one lane or holds one. Every tiled dim of a probe sits on its
+tile boundary at once; the others take their largest listed value, and the
+probe is halved toward smaller multiples to fit ``probes.max_elements``. So
+the fresh probes are at most ``probes.fresh + 3`` whatever the number of dims.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kcert.certify.errors import SpecError
@@ -46,6 +62,9 @@ from kcert.certify.spec import KernelSpec
 MODULI = (2, 3, 4, 5, 7, 8)
 #: A dim not named in ``probes.draw_up_to`` is drawn up to this multiple of its largest value.
 DEFAULT_GROWTH = 2
+#: Block sizes a kernel likely tiles a dim by: the tile probes put every one of them
+#: that fits twice under the cap at two tiles or more.
+TILE_SIZES = tuple(1 << e for e in range(4, 13))
 _CANDIDATES = 48
 
 
@@ -102,7 +121,11 @@ def _draw_dim(stream: _Stream, listed: list[int], cap: int, count: int) -> list[
 
 
 def fresh_dims(kernel: KernelSpec, fresh_seed: int, count: int) -> list[dict[str, int]]:
-    """The dims of ``count`` fresh probes: drawn sizes, large ones of different dims apart."""
+    """The dims of the fresh probes: ``count + 3`` at most.
+
+    ``count`` with drawn sizes (large ones of different dims apart), then the joint
+    probe and the two tile probes where they apply.
+    """
     sizes = drawn_sizes(kernel, fresh_seed, count)
     stream = _Stream([fresh_seed, 0x6672657368])
     limit = kernel.probes.max_elements
@@ -122,7 +145,83 @@ def fresh_dims(kernel: KernelSpec, fresh_seed: int, count: int) -> list[dict[str
     joint = _joint(kernel, sizes, limit)
     if joint is not None and joint not in result:
         result.append(joint)
+    if count > 0:
+        for tiled in _tile_probes(kernel, tile_sizes(kernel, fresh_seed), limit):
+            if tiled not in result:
+                result.append(tiled)
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class TileDraw:
+    """One dim's tile boundaries: ``multiple`` and ``other`` are ``k * tile`` with ``k >= 2``."""
+
+    tile: int
+    #: The first tile probe's size.
+    multiple: int
+    #: The second tile probe's size is ``other + step``: one below or one above a boundary.
+    other: int
+    step: int
+
+
+def tile_sizes(kernel: KernelSpec, fresh_seed: int) -> dict[str, TileDraw]:
+    """Per dim with room under its cap for two tiles of 16, its tile boundaries from the seed."""
+    result: dict[str, TileDraw] = {}
+    for name in kernel.dims:
+        cap = size_cap(kernel, name)
+        fitting = [t for t in TILE_SIZES if cap is not None and 2 * t <= cap]
+        if cap is None or not fitting:
+            continue
+        tile = fitting[-1]
+        stream = _Stream([fresh_seed, _name_word(name), 0x74696C65])
+        most = cap // tile
+        multiple = tile * _uniform_int(stream, 2, most)
+        other = tile * _uniform_int(stream, 2, most)
+        step = 1 if float(stream.uniform(1)[0]) < 0.5 and other < cap else -1
+        result[name] = TileDraw(tile, multiple, other, step)
+    return result
+
+
+def _tile_probes(kernel: KernelSpec, tiles: Mapping[str, TileDraw],
+                 limit: int) -> list[dict[str, int]]:  # fmt: skip
+    """The two tile probes (on the boundaries; next to them), each fitted under ``limit``."""
+    if not tiles:
+        return []
+    probes = []
+    for near in (False, True):
+        bases = {name: draw.other if near else draw.multiple for name, draw in tiles.items()}
+        steps = {name: draw.step if near else 0 for name, draw in tiles.items()}
+        fitted = _fit_tiles(kernel, bases, steps, limit)
+        if fitted is not None:
+            probes.append(fitted)
+    return probes
+
+
+def _fit_tiles(kernel: KernelSpec, bases: dict[str, int], steps: Mapping[str, int],
+               limit: int) -> dict[str, int] | None:  # fmt: skip
+    """Tiled dims at ``base + step``, the others at their largest listed value, under ``limit``.
+
+    Too large: the others go to their smallest listed value, then every base that
+    stays a multiple of 16, two tiles of 16 or more, is halved (a boundary of half
+    the tile, or of half as many tiles), until it fits or nothing can shrink.
+    """
+    others = {n: max(v) for n, v in kernel.dims.items() if n not in bases}
+    bases = dict(bases)
+    for attempt in range(40):
+        dims = {n: bases[n] + steps[n] if n in bases else others[n] for n in kernel.dims}
+        try:
+            if kernel.bind(dims).elements() <= limit:
+                return dims
+        except SpecError:
+            return None
+        if attempt == 0 and others:
+            others = {n: min(kernel.dims[n]) for n in others}
+            continue
+        smaller = {n: b // 2 for n, b in bases.items() if b % (4 * TILE_SIZES[0]) == 0}
+        if not smaller:
+            return None
+        bases.update(smaller)
+    return None
 
 
 def _joint(kernel: KernelSpec, sizes: Mapping[str, tuple[int, ...]],

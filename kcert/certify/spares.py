@@ -1,28 +1,34 @@
-"""Worker processes for the sandbox, and one warm spare of each kind kept ready.
+"""Worker processes for the sandbox, and :class:`WorkerPool`, which keeps warm ones ready.
 
 Starting a worker costs seconds, nearly all of it ``import torch`` and
 ``import triton`` (or ``import cupy``), while loading a kernel into a worker
 that has them takes milliseconds. So the worker imports its executor's stack
-*before* it waits for a kernel (:func:`kcert.certify.worker.preload`), and
-this module keeps one such spare per kind of worker: when a
-:class:`~kcert.certify.sandbox.Sandbox` takes it, the next spare starts at
-once, and imports while the taken one runs its kernel. The pipeline calls
-:func:`prewarm` first thing, so that the first import overlaps the build,
-the reference and the probes.
+*before* it waits for a kernel (:func:`kcert.certify.worker.preload`), and a
+:class:`WorkerPool` can start one ahead of need: :meth:`WorkerPool.prefetch`
+when its owner knows a sandbox is coming (the pipeline does it first thing,
+so that the imports overlap the build, the reference and the probes), and,
+with ``spares=N``, N more after every take, for an owner that knows more work
+follows (the CLI certifying several kernels, a refine loop). A pool with no
+spares starts exactly the workers its sandboxes take.
+
+The pool is an object its owner makes and closes (a context manager), never
+a global: nothing here runs at import. :meth:`WorkerPool.close` kills every
+worker the pool started, taken or not, so after it no process that could
+have run kernel code is left (the CLI reads the signing key only then).
 
 Isolation is unchanged: a spare has loaded no kernel and never touched a GPU
-(imports only), each spare serves exactly one sandbox worker's life, and a
+(imports only), each worker serves exactly one sandbox worker's life, and a
 worker that failed is never reused: the sandbox takes a fresh one. Every
 worker is started inside :mod:`kcert.certify.jail` (unless the caller asked
 for no sandbox) with an environment built from an allowlist, so a spare
-started earlier is exactly what a fresh worker would be. Spares exit with the
-certifier: an ``atexit`` hook kills them, and each worker also exits when the
-lifeline pipe the certifier holds reaches end-of-file.
+started earlier is exactly what a fresh worker would be, and one started
+under other variables is never handed out. Each worker also exits when the
+lifeline pipe the certifier holds reaches end-of-file, so none outlives its
+certifier even when a pool is never closed.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import signal
@@ -30,14 +36,16 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from types import TracebackType
 from typing import IO
 
 from kcert.certify import jail
 
-__all__ = ["WorkerKey", "WorkerProcess", "discard_spares", "prewarm", "reap", "spare_pid", "take"]
+__all__ = ["WorkerKey", "WorkerPool", "WorkerProcess", "launch", "reap", "start"]
 
 #: Worker kinds that launch on the GPU, and so see the NVIDIA device files.
 GPU_KINDS = frozenset({"cuda", "triton"})
@@ -207,85 +215,154 @@ def _reap_worker(worker: WorkerProcess) -> None:
     reap(worker.proc, worker.inbox, worker.outbox, worker.log, worker)
 
 
-_lock = threading.Lock()
-_spares: dict[str, WorkerProcess] = {}  # by executor: one spare of each kind
+
+def start(
+    executor: str, *, sandbox: bool = True, wrapper: tuple[str, ...] = (),
+    share: Path | None = None,
+) -> WorkerProcess:  # fmt: skip
+    """A fresh worker for ``executor``, started now: what a sandbox without a pool runs in."""
+    return launch(WorkerKey.now(executor, sandbox=sandbox), wrapper, share)
+
+
+class WorkerPool:
+    """The sandbox workers of one owner: started on demand or ahead of it, all killed at close.
+
+    ``spares`` is how many warm workers of a kind to keep ready after each
+    take: 0 (the default) for a one-shot certification, which then starts only
+    the workers it uses; 1 for an owner that certifies again soon. It may be
+    changed between certifications (the CLI drops it to 0 before its last kernel).
+    ``started`` and ``used`` count the workers started and handed to sandboxes.
+    """
+
+    def __init__(self, *, spares: int = 0) -> None:
+        if spares < 0:
+            raise ValueError("spares must be 0 or more")
+        self.spares = spares
+        self.started = 0
+        self.used = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        #: Warm workers no kernel has run in, by executor, oldest first.
+        self._warm: dict[str, list[WorkerProcess]] = {}
+        #: Every worker started and not yet known dead, warm or handed out.
+        self._workers: list[WorkerProcess] = []
+        # a pool dropped without close() still frees its workers' folders and cgroups (the
+        # lifeline already ends the processes with the certifier)
+        self._finalizer = weakref.finalize(self, _kill_all, self._warm, self._workers)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Kill every worker this pool started, warm or taken, and wait for each (idempotent)."""
+        self._closed = True
+        self._finalizer()
+
+    def take(
+        self, executor: str, *, sandbox: bool = True, wrapper: tuple[str, ...] = (),
+        share: Path | None = None,
+    ) -> WorkerProcess:  # fmt: skip
+        """A worker for ``executor`` that no kernel has run in: a warm one if it fits, else new.
+
+        With ``spares`` set, the pool then starts that many more at once, so that they
+        have imported their modules by the time the next sandbox wants one. A worker
+        under a ``wrapper`` is always started afresh: warm workers run unwrapped.
+        """
+        key = WorkerKey.now(executor, sandbox=sandbox)
+        if wrapper:
+            worker = self._launch(key, wrapper, share)
+        else:
+            worker = self._claim(key) or self._launch(key)
+        with self._lock:
+            self.used += 1
+        if self.spares and not wrapper:
+            self._fill(key, self.spares)
+        return worker
+
+    def prefetch(self, executor: str, *, sandbox: bool = True, count: int = 1) -> None:
+        """Have ``count`` warm workers for ``executor`` ready, starting the ones missing now.
+
+        For an owner that knows a sandbox for ``executor`` is coming: its worker
+        imports while the owner does other work.
+        """
+        self._fill(WorkerKey.now(executor, sandbox=sandbox), count)
+
+    def spare_pids(self, executor: str) -> list[int]:
+        """The process ids of the warm workers waiting for ``executor``."""
+        with self._lock:
+            warm = list(self._warm.get(executor, ()))
+        return [w.proc.pid for w in warm if w.proc.poll() is None]
+
+    # ------------------------------------------------------------------ inside
+
+    def _launch(
+        self, key: WorkerKey, wrapper: tuple[str, ...] = (), share: Path | None = None
+    ) -> WorkerProcess:  # fmt: skip
+        if self._closed:
+            raise RuntimeError("this worker pool is closed")
+        worker = launch(key, wrapper, share)
+        with self._lock:
+            # forget the workers their sandboxes already reaped
+            self._workers[:] = [w for w in self._workers if not _released(w)]
+            self._workers.append(worker)
+            self.started += 1
+        return worker
+
+    def _claim(self, key: WorkerKey) -> WorkerProcess | None:
+        """Remove and return the oldest warm worker that fits ``key``; reap any that do not."""
+        with self._lock:
+            warm = self._warm.get(key.executor, [])
+            fits = [w for w in warm if _usable(w, key)]
+            stale = [w for w in warm if w not in fits]
+            self._warm[key.executor] = fits[1:]
+        for worker in stale:
+            _reap_worker(worker)  # started under another environment, or it died: never used
+        return fits[0] if fits else None
+
+    def _fill(self, key: WorkerKey, count: int) -> None:
+        """Start warm workers for ``key`` until ``count`` fit; reap the ones that do not fit."""
+        with self._lock:
+            warm = self._warm.get(key.executor, [])
+            fits = [w for w in warm if _usable(w, key)]
+            stale = [w for w in warm if w not in fits]
+            self._warm[key.executor] = fits
+        for worker in stale:
+            _reap_worker(worker)
+        for _ in range(count - len(fits)):
+            worker = self._launch(key)
+            with self._lock:
+                self._warm.setdefault(key.executor, []).append(worker)
 
 
 def _usable(worker: WorkerProcess, key: WorkerKey) -> bool:
     return worker.owner == os.getpid() and worker.key == key and worker.proc.poll() is None
 
 
-def _claim(key: WorkerKey) -> WorkerProcess | None:
-    """Remove and return the spare for ``key``'s executor if it fits ``key``."""
-    with _lock:
-        spare = _spares.pop(key.executor, None)
-    if spare is None:
-        return None
-    if spare.owner != os.getpid():
-        return None  # started by the process we were forked from: not ours to use or kill
-    if _usable(spare, key):
-        return spare
-    _reap_worker(spare)  # started under another environment, or it died: never used
-    return None
+def _released(worker: WorkerProcess) -> bool:
+    """Whether the worker's sandbox has already reaped it and freed what it left."""
+    return worker.proc.returncode is not None and worker.lifeline is None and worker.info is None
 
 
-def _refill(key: WorkerKey) -> None:
-    spare = launch(key)
-    extra: WorkerProcess | None
-    with _lock:
-        previous = _spares.get(key.executor)
-        if previous is not None and _usable(previous, key):
-            extra = spare  # another thread refilled first
-        else:
-            _spares[key.executor], extra = spare, previous
-    if extra is not None and extra.owner == os.getpid():
-        _reap_worker(extra)
-
-
-def take(
-    executor: str, *, sandbox: bool = True, wrapper: tuple[str, ...] = (),
-    share: Path | None = None,
-) -> WorkerProcess:  # fmt: skip
-    """A worker for ``executor`` that no kernel has run in: the spare if it fits, else a new one.
-
-    Either way the next spare starts at once, so that it has imported its
-    modules by the time the next sandbox wants it (while the taken worker,
-    when it was a spare, has nothing left to import). A worker under a
-    ``wrapper`` is always started afresh: spares run unwrapped.
-    """
-    key = WorkerKey.now(executor, sandbox=sandbox)
-    if wrapper:
-        return launch(key, wrapper, share)
-    worker = _claim(key) or launch(key)
-    _refill(key)
-    return worker
-
-
-def prewarm(executor: str, *, sandbox: bool = True) -> None:
-    """Start a spare for ``executor`` now, unless a fitting one is already there."""
-    key = WorkerKey.now(executor, sandbox=sandbox)
-    with _lock:
-        spare = _spares.get(executor)
-        if spare is not None and _usable(spare, key):
-            return
-    _refill(key)
-
-
-def spare_pid(executor: str) -> int | None:
-    """The process id of the spare waiting for ``executor``, if one is."""
-    with _lock:
-        spare = _spares.get(executor)
-    return spare.proc.pid if spare is not None and spare.proc.poll() is None else None
-
-
-def discard_spares() -> None:
-    """Kill every spare this process started (at exit, and where a test wants none)."""
-    with _lock:
-        spares = list(_spares.values())
-        _spares.clear()
-    for spare in spares:
-        if spare.owner == os.getpid():
-            _reap_worker(spare)
-
-
-atexit.register(discard_spares)
+def _kill_all(warm: dict[str, list[WorkerProcess]], workers: list[WorkerProcess]) -> None:
+    """Reap every worker a pool started: its warm ones, and the taken ones still alive."""
+    spares = [w for kind in warm.values() for w in kind]
+    warm.clear()
+    taken = [w for w in workers if all(w is not s for s in spares)]
+    workers.clear()
+    for worker in spares:
+        if worker.owner == os.getpid():  # a forked certifier must not kill its parent's
+            _reap_worker(worker)
+    for worker in taken:
+        if worker.owner == os.getpid() and not _released(worker):
+            # the sandbox owns the log: it reads the tail, then closes it
+            reap(worker.proc, worker.inbox, worker.outbox, None, worker)

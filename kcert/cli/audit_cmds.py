@@ -817,9 +817,10 @@ def _show_replay(result: dict[str, Any]) -> None:
             out_console.print(f"    {reason}", markup=False, soft_wrap=True)
     else:
         allow = result["replayed"].get("allow")
+        certificate = result["replayed"].get("certificate")
         out_console.print(
-            f"  replayed: {'allow' if allow else 'deny'}, certificate "
-            f"{result['replayed'].get('certificate')}",
+            f"  replayed: {'allow' if allow else 'deny'}, "
+            + (f"certificate {certificate}" if certificate else "no certificate"),
             markup=False,
         )
     check = result.get("recheck")

@@ -18,11 +18,11 @@ from kcert.certify.execution import EXECUTORS
 from kcert.certify.pipeline import DEFAULT_DEADLINE_S, CertifyOptions, certify
 from kcert.certify.report import CertificationReport, Status, Verdict
 from kcert.certify.sanitizer import parse_tools
-from kcert.certify.spares import discard_spares
+from kcert.certify.spares import WorkerPool
 from kcert.certify.spec import resolve_kernels
 from kcert.cli.app import EXIT_FAIL, EXIT_OK
 from kcert.cli.ci_options import JUnitOption, SarifOption
-from kcert.cli.output import emit_json, err_console, out_console
+from kcert.cli.output import emit_json, err_console, out_console, progress
 from kcert.errors import UsageError
 
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
@@ -39,10 +39,12 @@ def certify_command(
         "--hw", help="Hardware class to certify for; must match the device (cpu: interpreter).",
     )] = None,
     key: Annotated[Path | None, typer.Option(
-        "--key", help="Ed25519 private key: sign the report into a certificate.")] = None,
+        "--key", help="Ed25519 private key: sign the report into a certificate. Without "
+        "it the checks run and are shown, and nothing is written.")] = None,
     out: Annotated[Path | None, typer.Option(
-        "--out", help="Where to write the certificate (default: KERNEL.cert.json); with "
-        "several kernels, a folder for each passing one's KERNEL.cert.json.")] = None,
+        "--out", help="Where to write the certificate (needs --key; default: "
+        "KERNEL.cert.json); with several kernels, a folder for each passing one's "
+        "KERNEL.cert.json.")] = None,
     max_probes: Annotated[int | None, typer.Option(
         "--max-probes", min=1, help="Cap the fixed probe set (default: the spec's).")] = None,
     deadline: Annotated[float, typer.Option(
@@ -85,11 +87,9 @@ def certify_command(
         certify_many(kernels, options, key=key, out=out, as_json=as_json, outputs=outputs)
     spec = kernels[0]
     started = time.monotonic()
-    with err_console.status(f"certifying {spec.name}", spinner="dots") as status:
-        report = certify(spec, options, progress=lambda text: status.update(
-            f"certifying {escape(spec.name)}: {escape(text)}"))  # fmt: skip
-    # the key is read last, once no process that ran or compiled kernel code is alive
-    discard_spares()
+    # the key is read last, once the pool is closed: no process that ran kernel code is alive
+    with WorkerPool() as pool, progress(f"certifying {spec.name}") as step:
+        report = certify(spec, options, progress=step, pool=pool)
     write_outputs(outputs, [KernelOutcome.certified(spec, report, time.monotonic() - started)],
                   command="certify")  # fmt: skip
     signing_key = _load_key(key) if key is not None else None
@@ -102,6 +102,12 @@ def certify_command(
         emit_json(_summary(report, certificate, certificate_id))
     else:
         _show(report, certificate, certificate_id)
+    if signing_key is None:
+        # An unsigned report vouches for nothing, so none is written; say so, or a user
+        # looks for KERNEL.cert.json that --out's help names.
+        err_console.print("no certificate written: no --key given (sign with --key KEY; "
+                          f"it goes to --out, default {spec.name}.cert.json)", markup=False,
+                          soft_wrap=True)  # fmt: skip
     raise typer.Exit(EXIT_OK if report.verdict is Verdict.PASS else EXIT_FAIL)
 
 

@@ -21,11 +21,11 @@ from rich.table import Table
 
 from kcert.certify.ci import KernelOutcome, write_outputs
 from kcert.certify.pipeline import CertifyOptions, certify
-from kcert.certify.spares import discard_spares
+from kcert.certify.spares import WorkerPool
 from kcert.certify.spec import KernelSpec
 from kcert.cli.app import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from kcert.cli.certify_cmds import _load_key, _sign, _summary
-from kcert.cli.output import emit_json, err_console, out_console
+from kcert.cli.output import emit_json, err_console, out_console, progress
 from kcert.errors import KcertError, UsageError
 
 _STYLE = {"pass": "green", "fail": "bold red", "error": "bold red"}
@@ -40,8 +40,11 @@ def certify_many(kernels: Sequence[KernelSpec], options: CertifyOptions, *, key:
         if out.exists():
             raise UsageError(f"--out {out}: with several kernels, name a folder")
         out.mkdir(parents=True)
-    outcomes = [_one(kernel, options, i, len(kernels)) for i, kernel in enumerate(kernels, 1)]
-    discard_spares()
+    # one warm worker ahead while another kernel follows; the key is read only once the
+    # pool is closed and every worker that ran kernel code is gone
+    with WorkerPool(spares=1) as pool:
+        outcomes = [_one(kernel, options, i, len(kernels), pool)
+                    for i, kernel in enumerate(kernels, 1)]  # fmt: skip
     write_outputs(outputs, outcomes, command="certify")
     signed: dict[str, tuple[str, str]] = {}
     passing = [o for o in outcomes if o.verdict == "pass" and o.report is not None]
@@ -60,13 +63,15 @@ def certify_many(kernels: Sequence[KernelSpec], options: CertifyOptions, *, key:
     raise typer.Exit(code)
 
 
-def _one(kernel: KernelSpec, options: CertifyOptions, index: int, total: int) -> KernelOutcome:
+def _one(kernel: KernelSpec, options: CertifyOptions, index: int, total: int,
+         pool: WorkerPool) -> KernelOutcome:  # fmt: skip
     label = f"[{index}/{total}] {kernel.name}"
     started = time.monotonic()
+    if index == total:
+        pool.spares = 0  # nothing follows the last kernel: no worker ahead
     try:
-        with err_console.status(f"certifying {escape(label)}", spinner="dots") as status:
-            report = certify(kernel, options, progress=lambda text: status.update(
-                f"certifying {escape(label)}: {escape(text)}"))  # fmt: skip
+        with progress(f"certifying {label}") as step:
+            report = certify(kernel, options, progress=step, pool=pool)
     except KcertError as exc:
         err_console.print(f"{label}: error: {exc.diagnostics()}", markup=False, soft_wrap=True)
         return KernelOutcome.failed(kernel, exc, time.monotonic() - started)

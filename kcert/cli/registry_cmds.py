@@ -6,6 +6,9 @@ Each command parses its options, opens a registry (``--registry URL`` or
 SQLite registry in ``KCERT_HOME``), calls one method and prints the answer.
 Exit codes: 0 stored / allowed / granted, 1 denied or an invalid certificate,
 2 bad input or an unreachable registry.
+
+The request models (:mod:`kcert.registry.models`, SQLModel) are imported by the
+commands that send them: ``gate`` against a server loads no database code.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -27,10 +30,12 @@ from kcert.cli.attest_cmds import keys_app
 from kcert.cli.output import emit_json, err_console, out_console
 from kcert.digest import Digest, DigestError
 from kcert.errors import UsageError
-from kcert.registry.client import Registry, open_registry
 from kcert.registry.config import Settings
 from kcert.registry.errors import CertificateRejected, PromotionDenied
-from kcert.registry.models import ApiTokenCreate, Scope, TargetCreate, TrustedKeyCreate
+from kcert.registry.wire import Scope
+
+if TYPE_CHECKING:
+    from kcert.registry.remote import Registry
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 RegistryOption = Annotated[
@@ -52,6 +57,11 @@ token_app = typer.Typer(name="token", help="API tokens of a registry.", no_args_
 
 @contextmanager
 def _registry(url: str | None) -> Iterator[Registry]:
+    # lazy: httpx (a remote registry's client) costs a quarter of a second to import, which
+    # `--help` and every usage error would pay
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
+    from kcert.registry.remote import open_registry
+
     registry = open_registry(Settings(), url)
     try:
         yield registry
@@ -199,6 +209,9 @@ def target_report_command(
     as_json: JsonOption = False,
 ) -> None:
     """Report a target's environment; the registry derives its fingerprint and applies drift."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
+    from kcert.registry.models import TargetCreate
+
     fields = _read_environment(environment)
     names = [n.strip() for item in drift_fields or [] for n in item.split(",") if n.strip()]
     try:
@@ -242,6 +255,9 @@ def keys_trust_command(
     as_json: JsonOption = False,
 ) -> None:
     """Trust a signing key in the registry."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
+    from kcert.registry.models import TrustedKeyCreate
+
     hex_key = (
         public_key
         if _HEX_KEY.match(public_key)
@@ -288,6 +304,9 @@ def token_create_command(
     as_json: JsonOption = False,
 ) -> None:
     """Make an API token. It is shown once: only its hash is kept."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
+    from kcert.registry.models import ApiTokenCreate
+
     try:
         request = ApiTokenCreate.model_validate(
             {"scopes": scopes, "description": description, "expires_in": expires_in}

@@ -44,24 +44,24 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-import kcert
-from alembic import command
 from kcert.registry.errors import RegistryUnavailable
 from kcert.registry.log_models import LOG_STATE_ID
 
-#: ``alembic/`` sits beside the ``kcert`` package in the (editable) checkout.
-ALEMBIC_DIR = Path(kcert.__file__).resolve().parent.parent / "alembic"
+#: The migrations ship inside the package, so an installed wheel can make its own schema
+#: (``alembic.ini`` at the repository root points here too, for ``alembic revision``).
+ALEMBIC_DIR = Path(__file__).resolve().parent / "migrations"
 _READ_ONLY = "kcert_read_only"
 _SQLITE_BUSY_MS = 30_000
 #: Connections per engine: the API runs sync routes on anyio's default thread pool
-#: (40 threads), each holding at most one connection at a time. The gate reads on
-#: connections of its own (kcert.registry.fastread), never waiting for this pool.
+#: (40 threads), each holding at most one connection at a time; the gate reads through
+#: this pool too (kcert.registry.gatekeeper), one connection per request at a time.
 #: PostgreSQL keeps only ``_POOL_KEPT`` of them open between bursts (they are costly).
 POOL_MAX = 40
 _POOL_KEPT = 10

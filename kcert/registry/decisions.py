@@ -111,12 +111,6 @@ def _candidates_statement(*, environment: bool) -> Select[Any]:
 _CANDIDATES = {flag: _candidates_statement(environment=flag) for flag in (False, True)}
 
 
-def candidates_statement(*, environment: bool) -> Select[Any]:
-    """The kernel's certificates with their signers' state (bind ``kernel``), newest first;
-    with the certificate's ``environment`` column when the target has drift fields."""
-    return _CANDIDATES[environment]
-
-
 def _connection(source: Session | Connection) -> Connection:
     return source.connection() if isinstance(source, Session) else source
 
@@ -159,7 +153,7 @@ def inputs_from_rows(
     rows: Iterable[Any], *, kernel: str, target_name: str, target: TargetState | None,
     trusted_keys: tuple[str, ...] | None,
 ) -> PromotionInputs:  # fmt: skip
-    """The policy's inputs from the rows of :func:`candidates_statement` (pure).
+    """The policy's inputs from the rows of ``_CANDIDATES`` (pure).
 
     ``trusted_keys`` ``None`` means: only the keys that signed a candidate.
     """
@@ -244,10 +238,8 @@ def gate_target(row: Any) -> TargetState | None:
 def gate_decision(*, kernel: str, target: str, row: Any, candidates: Iterable[Any]) -> Decision:
     """The gate's decision from its target row and the kernel's candidate rows (pure).
 
-    ``candidates`` are the rows of :func:`candidates_statement`, with the
-    environment column exactly when :func:`needs_environment` says so.
-    :mod:`kcert.registry.gatekeeper` reads both on the driver's cursor;
-    :func:`gate` through a session.
+    ``candidates`` are the rows of ``_CANDIDATES``, with the environment column
+    exactly when :func:`needs_environment` says so, as :func:`gate` reads them.
     """
     state = gate_target(row)
     inputs = inputs_from_rows(

@@ -1,134 +1,103 @@
-"""The gate's fast path: authentication and a cached decision for one short database read.
+"""The gate's cache: answers kept per process, reused only at the registry's current version.
 
-Every state change that can alter a gate answer or a token (a certificate
-stored or revoked, a key trusted or revoked, a target reported, a promotion
-granted, denied or suspended, a token made or revoked) appends a leaf to the
-audit log in the transaction that makes it (:func:`kcert.registry.audit.record_event`),
-and every append raises the log's size. The size is therefore the registry's
-version: it changes exactly when the recorded state may have, it commits with
-the change, and it is visible to every process on the database.
+The registry's version (``registry_version``, migration ``0005``) is a counter
+that database triggers raise on every insert, update or delete of a table the
+gate reads: targets, promotions, certificates, their subjects, trusted keys
+and tokens. No write can skip it, whichever code or process makes it, and it
+commits with the write, so every process on the database sees it together
+with the rows it describes.
 
-Per request, :class:`Gatekeeper` reads the current version, always after the
-request arrived. When it holds both an answer for (kernel, target) and the
-presented token's row, each read at that version, that one read is all: the
-answer is reused, and the token is checked again (scope, revocation, and its
-expiry against the clock). Anything else takes one indexed query that returns
-the version, the token's row, the target and the promotion together, and a
-second for the kernel's certificates when the answer must be computed. So a
-revocation, a drift or a suspension changes the very next answer, whichever
-process made it; there is no time-based staleness. On PostgreSQL concurrent
-requests share version reads (:class:`SharedReads`), each only one sent after
-it arrived. Reads run on the driver's own cursor over read-only connections
-of the gate's own (:mod:`kcert.registry.fastread`: the registry's Core
-statements compiled once, without SQLAlchemy's per-execute cost or the
-pool's pre-ping), and PostgreSQL's round trips are awaited, not blocked on.
+Per request, :class:`Gatekeeper` reads the version (with the log's size, for
+the log guard) after the request arrived. An answer for (kernel, target) and
+the presented token's row each cached at that very version are reused; the
+token is checked again either way (scope, revocation, and expiry against the
+clock). Anything else is read in the same session: the token's row
+(:func:`kcert.registry.tokens.stored_record`) and the decision
+(:func:`kcert.registry.decisions.gate`, the registry's one gate query). So a
+revocation, a drift or a suspension changes the very next answer in every
+process; there is no time-based staleness.
 
-A decision computed on a miss reads after the version, in the same snapshot
-on SQLite and in later ones on PostgreSQL (read committed, autocommit), so it
-is cached under a version no newer than the state it saw: a change committed
-in between only makes the entry stale at once, never a stale answer current.
-The decision itself is :func:`kcert.registry.decisions.gate_decision` over the
-same two reads as :func:`kcert.registry.decisions.gate`: the cache only
-remembers its answers.
+The version is read before anything it guards: in the same snapshot on
+SQLite (one deferred transaction), in an earlier one on PostgreSQL (read
+committed). An answer is therefore cached under a version no newer than the
+state it saw; a write committed in between only makes the entry stale at once.
 
 The gate fails closed when the log is unhealthy (:class:`LogHealth`, the
-registry's :class:`kcert.registry.checkpoints.CheckpointGuard`): a version
-below a size the log signed (read before the version, so never a false
-alarm) or an inconsistency the guard found makes every answer a deny, in
-memory, without a read of its own.
+registry's :class:`kcert.registry.checkpoints.CheckpointGuard`): a log size
+below a size the log signed (read before the size, so never a false alarm) or
+an inconsistency the guard found makes every answer a deny, never cached.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+import hmac
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
-from sqlalchemy import Engine, and_, bindparam
+from sqlalchemy import Connection, Engine
 from sqlalchemy import select as sa_select
+from sqlalchemy.exc import DBAPIError
+from sqlmodel import Session
 
 from kcert.digest import Digest
-from kcert.registry.decisions import candidates_statement, gate_decision, needs_environment
+from kcert.registry import decisions
+from kcert.registry.db import read_only
 from kcert.registry.errors import RegistryUnavailable
-from kcert.registry.fastread import CompiledRead, one_or_none, read_connections
 from kcert.registry.log_models import LOG_STATE_ID, LogState
-from kcert.registry.models import ApiToken, Promotion, Scope, Target, utcnow
+from kcert.registry.models import REGISTRY_VERSION_ID, RegistryVersion, Scope, utcnow
 from kcert.registry.policy import Decision
 from kcert.registry.tokens import (
     TokenRecord,
     hash_token,
     presented_hash,
     principal_of,
+    stored_record,
 )
 
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
 
-#: Distinct (kernel, target) answers kept per process before the cache starts over.
+#: The registry's version and the log's size, as read together.
+_Stamp = tuple[int, int]
+
+#: Distinct (kernel, target) answers, and tokens, kept per process before a cache starts over.
 MAX_ENTRIES = 65_536
 
+_version = RegistryVersion.__table__  # type: ignore[attr-defined]
 _state = LogState.__table__  # type: ignore[attr-defined]
-_token = ApiToken.__table__  # type: ignore[attr-defined]
-_target = Target.__table__  # type: ignore[attr-defined]
-_promotion = Promotion.__table__  # type: ignore[attr-defined]
 
-#: In one round trip: the version, the presented token's row, and what the gate needs of
-#: the target and of the (kernel, target) promotion (:func:`decisions.gate_decision`). The
-#: state row always exists, so the outer joins answer exactly one row (each joined key
-#: is unique) whether or not the token, the target or the promotion exist.
-_VERSION_TOKEN_TARGET = (
-    sa_select(
-        _state.c.size,
-        _token.c.id,
-        _token.c.token_hash,
-        _token.c.scopes,
-        _token.c.expires_at,
-        _token.c.revoked_at,
-        _target.c.hw_class,
-        _target.c.fingerprint,
-        _target.c.drift_fields,
-        _promotion.c.status,
-        _promotion.c.suspend_reason,
-    )  # fmt: skip
-    .select_from(
-        _state.outerjoin(_token, _token.c.token_hash == bindparam("token_hash"))
-        .outerjoin(_target, _target.c.name == bindparam("target"))
-        .outerjoin(
-            _promotion,
-            and_(
-                _promotion.c.target_name == _target.c.name,
-                _promotion.c.kernel == bindparam("kernel"),
-            ),
-        )
-    )
-    .where(_state.c.id == LOG_STATE_ID)
+#: The registry's version and the log's size, in one round trip (each table holds one row).
+_VERSION = sa_select(
+    sa_select(_version.c.version)
+    .where(_version.c.id == REGISTRY_VERSION_ID)
+    .scalar_subquery()
+    .label("version"),
+    sa_select(_state.c.size).where(_state.c.id == LOG_STATE_ID).scalar_subquery().label("size"),
 )
-
-
-#: The registry's version alone: what a cached answer needs checked.
-_VERSION = sa_select(_state.c.size).where(_state.c.id == LOG_STATE_ID)
 
 
 class LogHealth(Protocol):
     """The log's own guard (:class:`kcert.registry.checkpoints.CheckpointGuard`), in memory."""
 
     def floor(self) -> int:
-        """A size the log has signed; read before the database's version."""
+        """A size the log has signed; read before the database's log size."""
         ...
 
-    def needs_verifying(self, version: int) -> bool:
-        """Whether the tree at ``version`` is larger than any proved consistent (no I/O)."""
+    def needs_verifying(self, size: int) -> bool:
+        """Whether the tree at ``size`` is larger than any proved consistent (no I/O)."""
         ...
 
     def verify(self) -> None:
         """Prove the database's tree extends the last signed checkpoint (blocking I/O)."""
         ...
 
-    def refusal(self, version: int, floor: int) -> str | None:
-        """Why no gate may allow at ``version``, or ``None``."""
+    def refusal(self, size: int, floor: int) -> str | None:
+        """Why no gate may allow at log size ``size``, or ``None``."""
         ...
 
 
@@ -140,83 +109,40 @@ class Answer(Generic[T]):
     cached: bool
 
 
-class SharedReads:
-    """Concurrent callers share reads of one value, each only a read sent after it asked.
-
-    At most one read is in flight. A caller that asks while one is in flight
-    waits for the next, which starts when that one ends and serves everyone
-    who asked meanwhile: under load one database round trip answers many
-    requests, and still no caller gets a value read before it asked (so a
-    change committed before a request arrived is always seen by it). State
-    belongs to one event loop; a new loop starts afresh.
-    """
-
-    def __init__(self, fetch: Callable[[], Awaitable[int]]) -> None:
-        self._fetch = fetch
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._next: asyncio.Future[int] | None = None
-        self._running: asyncio.Task[None] | None = None
-
-    async def get(self) -> int:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            self._loop, self._next, self._running = loop, None, None
-        if self._next is None:
-            self._next = loop.create_future()
-        waiting = self._next
-        if self._running is None:
-            self._running = loop.create_task(self._rounds())
-        # Shielded: one caller going away (a client that hung up) must not cancel the
-        # read the others wait for.
-        return await asyncio.shield(waiting)
-
-    async def _rounds(self) -> None:
-        try:
-            while self._next is not None:
-                # Everyone waiting now asked before this read is sent; later callers join
-                # the next round.
-                current, self._next = self._next, None
-                try:
-                    current.set_result(await self._fetch())
-                except Exception as exc:
-                    current.set_exception(exc)
-                except BaseException:  # this task cancelled (the loop is closing)
-                    current.cancel()
-                    raise
-        finally:
-            self._running = None
-
-
 class Gatekeeper(Generic[T]):
     """Gate answers for one database, cached per process and checked against its version.
 
     ``render`` turns a :class:`Decision` into what the caller serves (the API
     renders the JSON bytes once, so a cache hit serializes nothing). Entries
-    are immutable ``(version, value)`` pairs replaced whole, and each database
-    session has a connection of its own (:mod:`kcert.registry.fastread`).
+    are immutable ``(version, value)`` pairs replaced whole.
     """
 
     def __init__(
         self, engine: Engine, *, admin_token: str | None, render: Callable[[Decision], T],
         max_entries: int = MAX_ENTRIES, health: LogHealth | None = None,
     ) -> None:  # fmt: skip
+        self._engine = engine
         self._health = health
-        self._reads = read_connections(engine)
-        self._version_read = CompiledRead(_VERSION, engine.dialect)
-        self._hot = CompiledRead(_VERSION_TOKEN_TARGET, engine.dialect)
-        self._candidates = {
-            flag: CompiledRead(candidates_statement(environment=flag), engine.dialect)
-            for flag in (False, True)
-        }
-        # SQLite reads run on the loop without yielding, so no request can arrive during
-        # one: nothing to share. PostgreSQL's round trips are awaited, and shared.
-        self._shared = SharedReads(self._version) if engine.dialect.name != "sqlite" else None
+        # SQLite reads are in-process CPU work: a hop to a thread costs more than the read and
+        # buys nothing under the GIL, and a pool checkout costs more than the read too, so
+        # each thread that answers (the event loop's) keeps one read-only connection. A
+        # PostgreSQL round trip is a wait: it runs off the loop, on a pooled connection.
+        self._inline = engine.dialect.name == "sqlite"
+        self._reader = read_only(engine)
+        # The registry's statement, rendered once with its constants inline (a supported
+        # compile option), for the driver's cursor.
+        self._version_sql = str(
+            _VERSION.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
+        )
+        self._held = threading.local()
+        self._opened: list[Connection] = []
+        self._opened_lock = threading.Lock()
         self._admin_hash = hash_token(admin_token) if admin_token else None
         self._render = render
         self._max_entries = max_entries
-        self._entries: dict[tuple[str, str], tuple[int, T]] = {}
+        self._entries: dict[tuple[str, str], tuple[_Stamp, T]] = {}
         #: Known tokens' rows by hash, with the version they were read at.
-        self._tokens: dict[str, tuple[int, TokenRecord]] = {}
+        self._tokens: dict[str, tuple[_Stamp, TokenRecord]] = {}
         #: Answers served from the cache and computed (for tests and diagnostics, never
         #: for decisions).
         self.hits = 0
@@ -231,25 +157,111 @@ class Gatekeeper(Generic[T]):
         :class:`~kcert.registry.errors.RegistryUnavailable` when the database fails.
         """
         presented = presented_hash(token)
-        key = (str(Digest.parse(kernel)), target)
-        # Before any read: a size the log signed. A version below it is a rolled-back database.
+        kernel_digest = Digest.parse(kernel)
+        # Before any read: a size the log signed. A log below it is a rolled-back database.
         floor = self._health.floor() if self._health else 0
-        entry = self._entries.get(key)
-        known = self._tokens.get(presented)
-        if entry is not None and known is not None:
-            # Both cached: the version alone says whether they still hold. Every change to
-            # a token bumps it too, so the token's row is current when the version is.
-            version = await (self._shared.get() if self._shared else self._version())
-            if entry[0] == version and known[0] == version:
-                self._authorize(presented, known[1])
-                refused = await self._refused(version, floor)
-                if refused is not None:
-                    return refused
-                self.hits += 1
-                return Answer(entry[1], cached=True)
-        return await self._compute(presented, key, floor)
+        try:
+            if self._inline:
+                log_size, answer = self._read(presented, kernel_digest, target)
+            else:
+                log_size, answer = await anyio.to_thread.run_sync(
+                    self._read, presented, kernel_digest, target
+                )
+        except DBAPIError as exc:
+            # The driver's message may quote SQL and values: only its kind goes on.
+            raise RegistryUnavailable(
+                f"the registry database could not be read ({type(exc.orig).__name__})"
+            ) from exc
+        return await self._refused(log_size, floor) or answer
 
-    async def _refused(self, version: int, floor: int) -> Answer[T] | None:
+    def _read(self, presented: str, kernel: Digest, target: str) -> tuple[int, Answer[T]]:
+        """The log's size, and the answer: cached at the current version, or decided now."""
+        key = (str(kernel), target)
+        with self._connection() as connection:
+            if self._inline:
+                # A cached answer on SQLite: the version on the driver's cursor, outside any
+                # transaction (so its own snapshot); SQLAlchemy's execute costs several times
+                # the read itself, and this read is all most gate requests need.
+                stamp = self._driver_stamp(connection)
+                cached = self._cached(presented, key, stamp)
+                if cached is not None:
+                    return stamp[1], cached
+            # One snapshot on SQLite (a deferred transaction); on PostgreSQL (read committed)
+            # each statement sees at least what the version read saw, so an answer is never
+            # cached under a version newer than the state it was decided from.
+            with connection.begin(), Session(bind=connection) as session:
+                stamp = _stamp(connection.execute(_VERSION).one())
+                cached = self._cached(presented, key, stamp)
+                if cached is not None:
+                    return stamp[1], cached
+                known = self._tokens.get(presented)
+                if known is not None and known[0] == stamp:
+                    record: TokenRecord | None = known[1]
+                else:
+                    record = stored_record(session, presented)
+                    if record is not None:  # unknown tokens are not kept: guessing fills no cache
+                        self._remember(self._tokens, presented, (stamp, record))
+                self._authorize(presented, record)
+                entry = self._entries.get(key)
+                if entry is not None and entry[0] == stamp:
+                    self.hits += 1
+                    return stamp[1], Answer(entry[1], cached=True)
+                decision = decisions.gate(session=session, kernel=kernel, target=target)
+        self.misses += 1
+        rendered = self._render(decision)
+        self._remember(self._entries, key, (stamp, rendered))
+        return stamp[1], Answer(rendered, cached=False)
+
+    def _cached(self, presented: str, key: tuple[str, str], stamp: _Stamp) -> Answer[T] | None:
+        """The cached answer when it and the token's row were both read at ``stamp``."""
+        entry = self._entries.get(key)
+        if entry is None or entry[0] != stamp:
+            return None
+        known = self._tokens.get(presented)
+        if known is not None and known[0] == stamp:
+            record: TokenRecord | None = known[1]
+        elif self._admin_hash is not None and hmac.compare_digest(presented, self._admin_hash):
+            record = None  # the admin token is never stored: nothing to read
+        else:
+            return None
+        self._authorize(presented, record)
+        self.hits += 1
+        return Answer(entry[1], cached=True)
+
+    def _authorize(self, presented: str, record: TokenRecord | None) -> None:
+        principal_of(presented, self._admin_hash, record, now=utcnow()).require(Scope.GATE_READ)
+
+    def _driver_stamp(self, connection: Connection) -> _Stamp:
+        # SQLite's driver runs in autocommit (kcert.registry.db: isolation_level None), and
+        # no SQLAlchemy transaction is open on this connection here.
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        return _stamp(driver.execute(self._version_sql).fetchone())
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """A read-only connection: this thread's own on SQLite, a pooled one on PostgreSQL."""
+        if not self._inline:
+            with self._reader.connect() as connection:
+                yield connection
+            return
+        held: Connection | None = getattr(self._held, "connection", None)
+        if held is None or held.closed or held.invalidated:
+            if held is not None:
+                held.close()
+            held = self._held.connection = self._reader.connect()
+            with self._opened_lock:
+                self._opened.append(held)
+        yield held
+
+    def close(self) -> None:
+        """Close the connections kept by the threads that answered (at shutdown)."""
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        for connection in opened:
+            connection.close()
+
+    async def _refused(self, log_size: int, floor: int) -> Answer[T] | None:
         """A deny when the log is unhealthy or unproved: the gate fails closed (never cached).
 
         A tree larger than any the guard proved (someone wrote since) is proved
@@ -259,58 +271,12 @@ class Gatekeeper(Generic[T]):
         """
         if self._health is None:
             return None
-        if self._health.needs_verifying(version):
+        if self._health.needs_verifying(log_size):
             await anyio.to_thread.run_sync(self._health.verify)
-        reason = self._health.refusal(version, floor)
+        reason = self._health.refusal(log_size, floor)
         if reason is None:
             return None
         return Answer(self._render(Decision(False, None, (reason,))), cached=False)
-
-    async def _version(self) -> int:
-        async with self._reads.session() as reader:
-            row = await one_or_none(reader, self._version_read, {})
-        if row is None:
-            raise _not_migrated()
-        return int(row.size)
-
-    def _authorize(self, presented: str, record: TokenRecord | None) -> None:
-        principal_of(presented, self._admin_hash, record, now=utcnow()).require(Scope.GATE_READ)
-
-    async def _compute(self, presented: str, key: tuple[str, str], floor: int) -> Answer[T]:
-        """The version, the token's row and the target in one read; the decision if needed."""
-        kernel, target = key
-        params = {"token_hash": presented, "target": target, "kernel": kernel}
-        async with self._reads.session() as reader:
-            row = await one_or_none(reader, self._hot, params)
-            if row is None:
-                raise _not_migrated()
-            version = int(row.size)
-            record = (
-                TokenRecord(
-                    row.id, row.token_hash, tuple(row.scopes), row.expires_at, row.revoked_at
-                )  # fmt: skip
-                if row.id is not None
-                else None
-            )
-            self._authorize(presented, record)
-            if record is not None:  # unknown tokens are not kept: guessing fills no cache
-                self._remember(self._tokens, presented, (version, record))
-            refused = await self._refused(version, floor)
-            if refused is not None:
-                return refused
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] == version:
-                self.hits += 1
-                return Answer(entry[1], cached=True)
-            # Read after the version: the decision sees the state at `version` (SQLite: the
-            # same snapshot) or a newer one (PostgreSQL), never an older one.
-            statement = self._candidates[needs_environment(row)]
-            candidates = await reader.all(statement, {"kernel": kernel})
-        self.misses += 1
-        decision = gate_decision(kernel=kernel, target=target, row=row, candidates=candidates)
-        rendered = self._render(decision)
-        self._remember(self._entries, key, (version, rendered))
-        return Answer(rendered, cached=False)
 
     def _remember(self, cache: dict[K, V], key: K, value: V) -> None:
         if len(cache) >= self._max_entries:
@@ -322,13 +288,23 @@ class Gatekeeper(Generic[T]):
         self._entries = {}
         self._tokens = {}
 
-    def close(self) -> None:
-        """Close the gate's database connections (at shutdown)."""
-        self._reads.close()
+
+def _stamp(row: Any) -> _Stamp:
+    """The cache's stamp from a row of :data:`_VERSION`: the version and the log's size.
+
+    The log's size too: a database restored from an older copy under running servers
+    can climb back to a version number they cached at. With the size in the stamp,
+    ordinary writes (each a leaf) make that a rolled-back or forked log, which the log
+    guard refuses; only writes that also bypass the log could still meet an old stamp,
+    so servers are restarted after a restore (docs/api.md).
+    """
+    if row is None or row[0] is None or row[1] is None:
+        raise _not_migrated()
+    return int(row[0]), int(row[1])
 
 
 def _not_migrated() -> RegistryUnavailable:
-    # Only a database without the audit log's state row.
+    # Only a database without the version or the audit log's state row.
     return RegistryUnavailable(
-        "the registry database has no audit log; run its migrations (upgrade head)"
+        "the registry database has no registry version; run its migrations (upgrade head)"
     )

@@ -4,7 +4,7 @@ One family per table, so a client never sees a row's private fields:
 ``XBase`` holds the shared fields,
 ``XCreate`` is what a client sends, ``X(table=True)`` is the row and
 ``XPublic`` is what a client gets back. The schema itself is made only by the
-Alembic migrations in ``alembic/versions``; these classes describe it.
+Alembic migrations in ``kcert/registry/migrations/versions``; these classes describe it.
 """
 
 from __future__ import annotations
@@ -22,10 +22,24 @@ from pydantic import (
     field_validator,
 )
 from pydantic import Field as PydanticField
-from sqlalchemy import JSON, DateTime, Index, Text, UniqueConstraint, false
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlmodel import Field, SQLModel
 
 from kcert.digest import Digest, DigestError
+
+# Defined without SQLModel so that a client of a server can read them (see wire's docstring).
+from kcert.registry.wire import GateDecision as GateDecision
+from kcert.registry.wire import Scope as Scope
 
 #: Names of targets and keys: printable, no slashes (they appear in URL paths).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
@@ -82,16 +96,6 @@ def _when() -> Any:
 
 def _maybe_when() -> Any:
     return Field(default=None, sa_type=DateTime(timezone=True))
-
-
-class Scope(StrEnum):
-    CERTIFICATES_WRITE = "certificates:write"
-    PROMOTE = "promote"
-    GATE_READ = "gate:read"
-    TARGETS_WRITE = "targets:write"
-    ADMIN = "admin"
-    #: Runtime reports and latency samples (``kcert.guard``, ``kcert perf ingest``).
-    OBSERVATIONS_WRITE = "observations:write"
 
 
 class PromotionStatus(StrEnum):
@@ -409,12 +413,6 @@ class PromotionPublic(PromotionBase):
     log_index: int | None = None
 
 
-class GateDecision(SQLModel):
-    allow: bool
-    reasons: list[str]
-    certificate: str | None
-
-
 # --- tokens ---------------------------------------------------------------------------------
 
 
@@ -459,6 +457,24 @@ class ApiTokenPublic(ApiTokenBase):
 class ApiTokenCreated(ApiTokenPublic):
     #: Shown once: only its hash is kept.
     token: str
+
+
+#: The id of the single ``registry_version`` row.
+REGISTRY_VERSION_ID = 1
+
+
+class RegistryVersion(SQLModel, table=True):
+    """A counter that database triggers raise on every write to a table the gate reads.
+
+    Made with its triggers by the migration ``0006_registry_version``; the gate's
+    cache (:mod:`kcert.registry.gatekeeper`) reuses an answer only at the version it
+    was computed at.
+    """
+
+    __tablename__ = "registry_version"
+
+    id: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
+    version: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
 # The runtime observation tables share this metadata (imported last: they build on the above).

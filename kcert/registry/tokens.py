@@ -7,8 +7,8 @@ comparison uses :func:`hmac.compare_digest`. The first admin token is
 here logs or returns a token except :func:`create_token`, once.
 
 :func:`principal_of` is the one place that decides whether a presented token
-is good (unknown, revoked, expired); :func:`authenticate` and the gate's fast
-path (:mod:`kcert.registry.gatekeeper`) both go through it, and both check
+is good (unknown, revoked, expired); :func:`authenticate` and the gate's
+cache (:mod:`kcert.registry.gatekeeper`) both go through it, and both check
 expiry against the clock on every request.
 """
 
@@ -161,10 +161,12 @@ def authenticate(*, session: Session, token: str | None, admin_token: str | None
     admin_hash = hash_token(admin_token) if admin_token else None
     if admin_hash and hmac.compare_digest(presented, admin_hash):
         return ADMIN
+    return principal_of(presented, admin_hash, stored_record(session, presented), now=utcnow())
+
+
+def stored_record(session: Session, presented: str) -> TokenRecord | None:
+    """The stored row of the token hashed to ``presented``, or ``None`` when there is none."""
     row = session.exec(select(ApiToken).where(ApiToken.token_hash == presented)).first()
-    record = None
-    if row is not None:
-        record = TokenRecord(
-            row.id, row.token_hash, tuple(row.scopes), row.expires_at, row.revoked_at
-        )
-    return principal_of(presented, admin_hash, record, now=utcnow())
+    if row is None:
+        return None
+    return TokenRecord(row.id, row.token_hash, tuple(row.scopes), row.expires_at, row.revoked_at)

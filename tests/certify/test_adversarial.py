@@ -95,6 +95,7 @@ def assert_outcome(report: CertificationReport, c: Case) -> None:
 
 
 @pytest.mark.parametrize("c", TRITON_CORRECT + TRITON_ADVERSARIAL, ids=str)
+@pytest.mark.triton
 def test_triton_kernels_in_the_interpreter(c: Case) -> None:
     assert_outcome(run(ASSETS / "triton" / "kcert.toml", c, "triton-interpreter"), c)
 

@@ -186,6 +186,7 @@ def attack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     attack.marker.unlink(missing_ok=True)
 
 
+@pytest.mark.triton
 def test_control_without_the_sandbox_every_attack_reaches_its_aim(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -204,6 +205,7 @@ def test_control_without_the_sandbox_every_attack_reaches_its_aim(
         attack.marker.unlink(missing_ok=True)
 
 
+@pytest.mark.triton
 def test_without_the_flag_the_module_is_refused_before_it_runs(attack: Attack) -> None:
     if attack.allow:
         pytest.skip("the module runs under --allow-module-code")
@@ -215,6 +217,7 @@ def test_without_the_flag_the_module_is_refused_before_it_runs(attack: Attack) -
     assert not attack.certificate.exists()
 
 
+@pytest.mark.triton
 def test_with_the_flag_the_wrong_kernel_still_fails_and_the_certificate_says_why(
     attack: Attack,
 ) -> None:
@@ -257,6 +260,7 @@ def test_reference_source_installation_registry_and_key_are_unchanged(attack: At
     assert attack.site_after == attack.site_before
 
 
+@pytest.mark.triton
 def test_the_certificate_names_the_bytes_that_ran(attack: Attack) -> None:
     if not attack.allow:
         pytest.skip("no certificate without the flag")
@@ -289,6 +293,7 @@ def _certify_argv(source: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("signum", [15, 9], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.triton
 def test_a_sandbox_that_stops_its_lifeline_dies_with_the_certifier(
     tmp_path: Path, signum: int
 ) -> None:
@@ -317,6 +322,7 @@ def test_a_sandbox_that_stops_its_lifeline_dies_with_the_certifier(
     assert left == [], "the kernel's daemon outlived the certifier"
 
 
+@pytest.mark.triton
 def test_what_a_kernel_writes_in_its_tmp_never_reaches_the_host(tmp_path: Path) -> None:
     token = f"kcert-fill-{uuid.uuid4().hex}"
     source = _spec_with(tmp_path / "spec", "fill.py.in", token)

@@ -297,6 +297,7 @@ def test_ptx_param_sizes() -> None:
 # --------------------------------------------------------------------------- Triton
 
 
+@pytest.mark.triton
 def test_triton_example_builds_without_a_gpu() -> None:
     from kcert.certify.triton_build import build_triton_sets, const_sets
 
@@ -340,6 +341,7 @@ def test_triton_const_sets_follow_the_dims(tmp_path: Path) -> None:
         ("def broken(:\n", "does not import"),
     ],
 )  # fmt: skip
+@pytest.mark.triton
 def test_triton_source_problems(tmp_path: Path, source: str, fragment: str) -> None:
     from kcert.certify.triton_build import build_triton_sets
 
@@ -356,6 +358,7 @@ def test_triton_source_problems(tmp_path: Path, source: str, fragment: str) -> N
         build_triton_sets(kernel, arch="sm_90", const_sets=[{"BLOCK": 16}])[0]
 
 
+@pytest.mark.triton
 def test_triton_args_must_match_parameters(tmp_path: Path) -> None:
     from kcert.certify.triton_build import build_triton_sets
 
@@ -373,6 +376,7 @@ def test_triton_args_must_match_parameters(tmp_path: Path) -> None:
     assert "key 'args'" in info.value.diagnostics()
 
 
+@pytest.mark.triton
 def test_triton_compile_error_is_a_build_error(tmp_path: Path) -> None:
     from kcert.certify.triton_build import build_triton_sets
 

@@ -72,11 +72,16 @@ def test_a_write_of_guard_plus_a_little_never_rounds_back(dtype: str) -> None:
         written = (guard[small].astype(np.float64) + little).astype(np_dtype)
         assert (written.view(np.uint8) != guard[small].view(np.uint8)).reshape(
             written.size, -1).any(axis=1).all()
-    # each element is small in one of the two runs, or non-finite in one and plausible in
-    # the other: a third of the elements of each run are small
-    either = (np.abs(a.astype(np.float64)) < 2.0**SMALL_GUARD_EXP) | (
-        np.abs(b.astype(np.float64)) < 2.0**SMALL_GUARD_EXP)
-    assert 0.55 < either.mean() < 0.8
+    # an element is small in one of the two runs two times in three (a region of up to
+    # 512 elements draws its pair whole, so one draw of 4096 varies: over 24 draws)
+    shares = []
+    for seed in range(24):
+        pair = [guard_fill(dtype, 4096, draw_conditions(seed, "n=1")[run], "out")
+                for run in ("A", "B")]  # fmt: skip
+        either = (np.abs(pair[0].astype(np.float64)) < 2.0**SMALL_GUARD_EXP) | (
+            np.abs(pair[1].astype(np.float64)) < 2.0**SMALL_GUARD_EXP)
+        shares.append(either.mean())
+    assert 0.6 < np.mean(shares) < 0.75, np.mean(shares)
     # what the old fixed poison did: the write rounded back to the very same bytes
     old = np.array(-float(float_info(dtype).max) / 3, dtype=np_dtype)
     assert (old.astype(np.float64) + 1e-3).astype(np_dtype).tobytes() == old.tobytes()
@@ -159,13 +164,14 @@ def test_a_spec_without_the_key_keeps_its_digest(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- the kernels
 
 
+@pytest.mark.triton
 def test_the_correct_twin_passes_and_the_certificate_records_conditions_and_scope() -> None:
     report = certify_kernel("add")
     assert report.verdict is Verdict.PASS, failed(report)
     predicate = json.loads(json.dumps(report.predicate()))
     validate_predicate(predicate)
     probes = predicate["probes"]
-    assert probes["conditions"] == "kcert-conditions-v2"
+    assert probes["conditions"] == "kcert-conditions-v3"
     scope = probes["scope"]["n"]
     assert scope["listed"] == [1, 5, 8, 64, 1000, 4096] and scope["draw_up_to"] == 8192
     assert scope["drawn"] and scope["max"] > 4096 and scope["min"] == 1
@@ -179,30 +185,35 @@ def test_the_correct_twin_passes_and_the_certificate_records_conditions_and_scop
         assert len(set(offsets["B"].values())) == 3  # no two buffers share run B's alignment
 
 
+@pytest.mark.triton
 def test_keeping_a_plausible_value_found_in_out_fails_coverage() -> None:
     fails = failed(certify_kernel("add_keeps_found"))
     assert set(fails) == {"coverage"}, fails
     assert "kept" in fails["coverage"] and "stale element(s)" in fails["coverage"]
 
 
+@pytest.mark.triton
 def test_reading_the_guard_band_to_tell_the_test_apart_fails() -> None:
     fails = failed(certify_kernel("add_reads_guard"))
     assert fails and set(fails) <= {"correctness", "determinism"}, fails
     assert "'out'" in next(iter(fails.values()))
 
 
+@pytest.mark.triton
 def test_reading_the_alignment_fails_correctness() -> None:
     fails = failed(certify_kernel("add_reads_alignment"))
     assert "correctness" in fails and set(fails) <= {"correctness", "determinism"}, fails
     assert "outside tolerance" in fails["correctness"]
 
 
+@pytest.mark.triton
 def test_a_write_that_rounds_to_the_old_poison_fails_bounds() -> None:
     fails = failed(certify_kernel("add_rounds_into_guard"))
     assert set(fails) == {"bounds"}, fails
     assert "written up to 1 element(s) past its end" in fails["bounds"]
 
 
+@pytest.mark.triton
 def test_a_size_nobody_listed_fails_fresh_probes_and_is_minimized() -> None:
     report = certify_kernel("add_wrong_unlisted_sizes", minimize=True)
     fails = failed(report)
@@ -213,6 +224,7 @@ def test_a_size_nobody_listed_fails_fresh_probes_and_is_minimized() -> None:
     assert report.minimized["fresh-probes"]["n"] % 4 == 2
 
 
+@pytest.mark.triton
 def test_a_size_past_every_listed_one_fails_under_the_spec_cap() -> None:
     report = certify_kernel("add_wrong_past_65536_large")
     fails = failed(report)
@@ -223,6 +235,7 @@ def test_a_size_past_every_listed_one_fails_under_the_spec_cap() -> None:
     assert twin.verdict is Verdict.PASS, failed(twin)
 
 
+@pytest.mark.triton
 def test_a_size_between_the_listed_and_the_top_of_the_stretch_fails() -> None:
     # wrong for 4096 < n < 7168; the cap is 8192: the top eighth alone never reached it
     report = certify_kernel("add_wrong_below_the_cap")
@@ -235,6 +248,7 @@ def test_a_size_between_the_listed_and_the_top_of_the_stretch_fails() -> None:
     assert any(4096 < v < 7168 for v in scope["drawn"])  # the sizes probed, as they were
 
 
+@pytest.mark.triton
 def test_listed_only_sizes_are_what_the_certificate_says_it_covers() -> None:
     report = certify_kernel("add_wrong_unlisted_sizes_listed")
     assert report.verdict is Verdict.PASS  # the spec asked for its listed sizes only...
@@ -242,12 +256,14 @@ def test_listed_only_sizes_are_what_the_certificate_says_it_covers() -> None:
     assert scope["drawn"] == [] and scope["draw_up_to"] == "listed" and scope["max"] == 4096
 
 
+@pytest.mark.triton
 def test_the_same_seed_reproduces_every_condition_and_anchor() -> None:
     first = certify_kernel("add_reads_guard", seed=11).predicate()["probes"]
     again = certify_kernel("add_reads_guard", seed=11).predicate()["probes"]
     assert first == again  # a kernel that reads the conditions gives the same bytes
 
 
+@pytest.mark.triton
 def test_a_buffer_larger_than_any_one_dim_reaches_alone_fails_in_the_joint_probe() -> None:
     # wrong once m * n > 66,000: m's and n's large sizes each sit in a probe of their own
     report = certify_kernel("row_scale_wrong_large_product")
@@ -265,6 +281,7 @@ def test_a_buffer_larger_than_any_one_dim_reaches_alone_fails_in_the_joint_probe
     assert predicate["probes"]["largest_elements"] > 66000
 
 
+@pytest.mark.triton
 def test_run_b_stale_answer_comes_from_another_draw_so_a_kernel_cannot_find_it() -> None:
     # the kernel computes right only when its old `out` values are among its answers
     fails = failed(certify_kernel("add_knows_its_stale_answer"))
@@ -298,6 +315,7 @@ def test_buffers_of_one_run_get_offsets_of_their_own() -> None:
         assert {(v - b["x"]) % 512 for v in b.values()} == {0}  # 512-byte packing
 
 
+@pytest.mark.triton
 def test_a_kernel_that_needs_its_buffers_to_share_an_alignment_fails() -> None:
     fails = failed(certify_kernel("add_needs_shared_alignment"))
     assert "correctness" in fails and set(fails) <= {"correctness", "determinism"}, fails
@@ -319,6 +337,27 @@ def test_the_guard_next_to_the_data_is_plausible_in_one_run(count: int) -> None:
             assert (a.view(np.uint32) != b.view(np.uint32)).all()  # bounds' premise kept
 
 
+def test_a_one_element_write_past_the_end_is_seen_in_two_probes_in_three() -> None:
+    # "the guard plus a little" written next to the data changes its bytes only where
+    # that element is small in one of the runs; measured over probes (each probe draws
+    # its own conditions), on both sides of a buffer
+    little = 2.0**-20
+    seen = {"after": 0, "before": 0}
+    probes = 300
+    for i in range(probes):
+        runs = draw_conditions(4, f"n={i}")
+        for side, before in (("after", False), ("before", True)):
+            for run in ("A", "B"):
+                guard = guard_fill("f16", 2048, runs[run], "out\0" + side, before=before)
+                g = guard[-1 if before else 0]
+                if (np.float16(float(g) + little)).tobytes() != g.tobytes():
+                    seen[side] += 1
+                    break
+    # two in three expected (200 of 300, sd 8); the even split this replaced gave 150
+    assert all(count >= 180 for count in seen.values()), seen
+
+
+@pytest.mark.triton
 def test_a_kernel_that_counts_odd_values_in_the_guard_fails() -> None:
     fails = failed(certify_kernel("add_counts_odd_guards"))
     assert fails and set(fails) <= {"correctness", "determinism"}, fails

@@ -80,6 +80,7 @@ def test_a_header_that_is_not_a_json_object_is_refused(
 
 
 @pytest.mark.parametrize("name", ["deep_header", "huge_frame"])
+@pytest.mark.triton
 def test_a_kernel_that_forges_frames_fails_launch_and_the_certifier_lives(name: str) -> None:
     started = time.monotonic()
     with Sandbox(kernel(name), "triton-interpreter", deadline_s=20) as sandbox:

@@ -201,6 +201,7 @@ def test_dev_is_read_only_and_dev_shm_is_capped(tmp_path: Path) -> None:
     assert size == jail.Limits.for_child(gpu=False).shm_bytes
 
 
+@pytest.mark.triton
 def test_a_kernel_that_floods_its_output_is_stopped_at_the_file_size_limit() -> None:
     from test_sandbox import job, kernel
 

@@ -136,7 +136,7 @@ def test_report_json_is_one_serializable_object(tmp_path: Path) -> None:
     assert {c["name"] for c in data["checks"]} == {"build", "artifact"}
 
 
-@pytest.mark.parametrize("language", ["cuda", "triton"])
+@pytest.mark.parametrize("language", ["cuda", pytest.param("triton", marks=pytest.mark.triton)])
 def test_every_example_lints_clean(language: str) -> None:
     spec = load_spec(EXAMPLES / language / "kcert.toml")
     reports: list[LintReport] = [lint(k, arch="sm_90") for k in spec.kernels]
@@ -154,6 +154,7 @@ def test_examples_have_meaningful_limits() -> None:
             assert kernel.artifact.max_spills == 0
 
 
+@pytest.mark.triton
 def test_triton_register_limit_is_enforced(tmp_path: Path) -> None:
     (tmp_path / "k.py").write_bytes((EXAMPLES / "triton" / "saxpy.py").read_bytes())
     (tmp_path / "ref.py").write_text("def ref(**kw):\n    return None\n")

@@ -54,6 +54,7 @@ def kernel_sources() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", kernel_sources(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.triton
 def test_real_kernel_modules_pass(path: Path) -> None:
     check_module(path.read_bytes(), path.name)
 
@@ -226,6 +227,7 @@ HOSTILE: list[tuple[str, str | bytes, list[tuple[int, str]]]] = [
 @pytest.mark.parametrize(
     ("source", "expected"), [c[1:] for c in HOSTILE], ids=[c[0] for c in HOSTILE]
 )
+@pytest.mark.triton
 def test_hostile_construct_is_refused_at_its_line(
     source: str | bytes, expected: list[tuple[int, str]]
 ) -> None:
@@ -236,6 +238,7 @@ def test_hostile_construct_is_refused_at_its_line(
         assert "; " in message  # what is there; what to do
 
 
+@pytest.mark.triton
 def test_a_chain_off_tl_may_name_only_public_triton_api() -> None:
     """The red team's road to the build child: ``tl.extra`` still holds its import loop's
     ``pkgutil``, and from there every module Python has loaded."""
@@ -253,6 +256,7 @@ def test_a_chain_off_tl_may_name_only_public_triton_api() -> None:
     )
 
 
+@pytest.mark.triton
 def test_every_finding_in_a_module_is_reported_one_per_line() -> None:
     source = (
         b'"""A library module, not a kernel module."""\n'  # 1
@@ -372,6 +376,7 @@ ALLOWED["the public Triton API, tensor methods and properties"] = (
 
 
 @pytest.mark.parametrize("source", ALLOWED.values(), ids=ALLOWED.keys())
+@pytest.mark.triton
 def test_allowed_forms_pass(source: str) -> None:
     assert found(source) == []
 
@@ -410,6 +415,7 @@ SHADOWING = [
 @pytest.mark.parametrize(
     ("body", "expected"), [c[1:] for c in SHADOWING], ids=[c[0] for c in SHADOWING]
 )
+@pytest.mark.triton
 def test_a_local_shadows_a_banned_builtin_only_where_surely_bound(
     body: str | None, expected: list[tuple[int, str]]
 ) -> None:

@@ -59,6 +59,7 @@ def copier() -> Iterator[Sandbox]:
         yield sandbox
 
 
+@pytest.mark.triton
 def test_a_correct_kernel_writes_the_data_region_and_leaves_the_guards(copier: Sandbox) -> None:
     n = 100
     run = job(copier.kernel, n)
@@ -77,6 +78,7 @@ def test_a_correct_kernel_writes_the_data_region_and_leaves_the_guards(copier: S
 
 
 @pytest.mark.parametrize("shift", [0, 16, 48, 100, 4096])
+@pytest.mark.triton
 def test_address_shifts_keep_results_and_alignment(copier: Sandbox, shift: int) -> None:
     outcome = copier.run(job(copier.kernel, 33, shift=shift))
     assert outcome.ok, outcome.message
@@ -84,6 +86,7 @@ def test_address_shifts_keep_results_and_alignment(copier: Sandbox, shift: int) 
     assert effective_shift(shift) % 16 == 0 and 0 <= shift - effective_shift(shift) < 16
 
 
+@pytest.mark.triton
 def test_large_buffers_cross_the_pipe_as_bytes(copier: Sandbox) -> None:
     n = 1 << 20
     outcome = copier.run(job(copier.kernel, n))
@@ -92,6 +95,7 @@ def test_large_buffers_cross_the_pipe_as_bytes(copier: Sandbox) -> None:
                                   np.arange(n, dtype=np.float32))  # fmt: skip
 
 
+@pytest.mark.triton
 def test_bf16_buffers_round_trip() -> None:
     with Sandbox(kernel("copy_bf16"), "triton-interpreter") as sandbox:
         outcome = sandbox.run(job(sandbox.kernel, 100, dtype=ml_dtypes.bfloat16))
@@ -102,6 +106,7 @@ def test_bf16_buffers_round_trip() -> None:
     assert (out[:GUARD] == POISON.astype(ml_dtypes.bfloat16)).all()
 
 
+@pytest.mark.triton
 def test_writes_past_both_ends_land_in_the_guard_bands() -> None:
     n = 100  # BLOCK is 32: the last block stores 28 elements past the end
     with Sandbox(kernel("overrun"), "triton-interpreter") as sandbox:
@@ -113,6 +118,7 @@ def test_writes_past_both_ends_land_in_the_guard_bands() -> None:
     assert out[GUARD - 1] == -3.0 and (out[: GUARD - 1] == POISON).all()
 
 
+@pytest.mark.triton
 def test_a_segfault_is_a_crash_and_the_next_job_gets_a_fresh_worker() -> None:
     with Sandbox(kernel("segfault"), "triton-interpreter") as sandbox:
         first = sandbox.run(job(sandbox.kernel, 8))
@@ -124,12 +130,14 @@ def test_a_segfault_is_a_crash_and_the_next_job_gets_a_fresh_worker() -> None:
     assert pid_after is None and second.status is RunStatus.CRASH and starts == 2
 
 
+@pytest.mark.triton
 def test_an_abort_is_a_crash() -> None:
     with Sandbox(kernel("abort"), "triton-interpreter") as sandbox:
         outcome = sandbox.run(job(sandbox.kernel, 8))
     assert outcome.status is RunStatus.CRASH and "SIGABRT" in outcome.message
 
 
+@pytest.mark.triton
 def test_a_worker_that_exits_is_a_crash_with_its_output() -> None:
     with Sandbox(kernel("exits"), "triton-interpreter") as sandbox:
         outcome = sandbox.run(job(sandbox.kernel, 8))
@@ -137,6 +145,7 @@ def test_a_worker_that_exits_is_a_crash_with_its_output() -> None:
     assert "exited with status 0" in outcome.message and "goodbye" in outcome.message
 
 
+@pytest.mark.triton
 def test_an_infinite_loop_times_out_at_the_deadline_and_the_worker_restarts() -> None:
     with Sandbox(kernel("spin"), "triton-interpreter", deadline_s=1.5) as sandbox:
         started = time.monotonic()
@@ -151,6 +160,7 @@ def test_an_infinite_loop_times_out_at_the_deadline_and_the_worker_restarts() ->
     assert 1.5 <= waited < 1.5 + DEFAULT_STARTUP_S
 
 
+@pytest.mark.triton
 def test_a_timeout_kills_the_workers_children_too() -> None:
     mark = b"kcert-test-grandchild-of-a-hung-kernel"  # tests/assets/sandbox/kernels.py
     seen: list[int] = []
@@ -163,6 +173,8 @@ def test_a_timeout_kills_the_workers_children_too() -> None:
             time.sleep(0.05)
 
     with Sandbox(kernel("hang_with_grandchild"), "triton-interpreter", deadline_s=5) as sandbox:
+        # the worker imports its stack and loads the kernel first: the watch starts after
+        assert sandbox._start() is None
         watcher = threading.Thread(target=watch)
         watcher.start()
         outcome = sandbox.run(job(sandbox.kernel, 4))
@@ -183,6 +195,7 @@ def _pids_with(mark: bytes) -> list[int]:
     return found
 
 
+@pytest.mark.triton
 def test_an_exception_in_the_kernel_is_a_launch_error_and_the_worker_lives_on() -> None:
     with Sandbox(kernel("undefined_name"), "triton-interpreter") as sandbox:
         first = sandbox.run(job(sandbox.kernel, 8))
@@ -193,6 +206,7 @@ def test_an_exception_in_the_kernel_is_a_launch_error_and_the_worker_lives_on() 
     assert second.status is RunStatus.LAUNCH_ERROR
 
 
+@pytest.mark.triton
 def test_a_module_that_fails_to_import_fails_every_run_without_restarting() -> None:
     with Sandbox(kernel("broken_import"), "triton-interpreter") as sandbox:
         outcomes = [sandbox.run(job(sandbox.kernel, 8)) for _ in range(3)]
@@ -202,6 +216,7 @@ def test_a_module_that_fails_to_import_fails_every_run_without_restarting() -> N
         assert "failed to load" in outcome.message and "broken on purpose" in outcome.message
 
 
+@pytest.mark.triton
 def test_memory_exhaustion_is_out_of_memory() -> None:
     with Sandbox(kernel("out_of_memory"), "triton-interpreter") as sandbox:
         outcome = sandbox.run(job(sandbox.kernel, 8))
@@ -209,6 +224,7 @@ def test_memory_exhaustion_is_out_of_memory() -> None:
     assert "workspace" in outcome.message
 
 
+@pytest.mark.triton
 def test_close_leaves_no_process_behind() -> None:
     sandbox = Sandbox(kernel("copy"), "triton-interpreter")
     assert sandbox.run(job(sandbox.kernel, 8)).ok
@@ -218,6 +234,7 @@ def test_close_leaves_no_process_behind() -> None:
     assert gone(pid) and sandbox.pid is None
 
 
+@pytest.mark.triton
 def test_a_kernel_crash_leaves_other_sandboxes_untouched(copier: Sandbox) -> None:
     with Sandbox(kernel("segfault"), "triton-interpreter") as bad:
         assert bad.run(job(bad.kernel, 8)).status is RunStatus.CRASH
@@ -225,6 +242,7 @@ def test_a_kernel_crash_leaves_other_sandboxes_untouched(copier: Sandbox) -> Non
     assert outcome.ok and (outcome.buffers["out"][GUARD : GUARD + 50] == np.arange(50)).all()
 
 
+@pytest.mark.triton
 def test_job_buffers_must_match_the_kernel(copier: Sandbox) -> None:
     run = job(copier.kernel, 8)
     with pytest.raises(ValueError, match="do not match"):
@@ -239,6 +257,7 @@ def test_executor_must_fit_the_kernels_language() -> None:
 
 
 @pytest.mark.skipif(gpu_visible()[0], reason="checks the message on a machine without a GPU")
+@pytest.mark.triton
 def test_a_gpu_executor_without_a_gpu_says_lint_still_works() -> None:
     with pytest.raises(NoDeviceError) as caught:
         Sandbox(kernel("copy"), "triton")
@@ -247,11 +266,13 @@ def test_a_gpu_executor_without_a_gpu_says_lint_still_works() -> None:
     assert "triton-interpreter" in caught.value.diagnostics()
 
 
+@pytest.mark.triton
 def test_timing_is_refused_on_the_interpreter(copier: Sandbox) -> None:
     with pytest.raises(KcertError, match="needs a GPU"):
         copier.time(job(copier.kernel, 8))
 
 
+@pytest.mark.triton
 def test_the_worker_exits_when_the_certifier_is_killed(tmp_path: Path) -> None:
     script = tmp_path / "certifier.py"
     script.write_text(

@@ -126,6 +126,7 @@ def test_skip_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sanitizer.not_asked().status is Status.SKIP and not sanitizer.not_asked().required
 
 
+@pytest.mark.triton
 def test_a_worker_runs_under_a_wrapper_that_is_its_parent() -> None:
     """The seam compute-sanitizer uses: a prefix that runs the worker as its child."""
     from kcert.certify.checks import make_job
@@ -143,6 +144,7 @@ def test_a_worker_runs_under_a_wrapper_that_is_its_parent() -> None:
     assert (outcome.buffers["out"][guard : guard + 40] == 2 * x).all()
 
 
+@pytest.mark.triton
 def test_a_wrapper_inside_the_sandbox_reports_into_the_shared_folder(tmp_path: Path) -> None:
     """compute-sanitizer's --log-file must land where the certifier reads it, and only there."""
     from kcert.certify.checks import make_job

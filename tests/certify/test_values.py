@@ -39,6 +39,7 @@ CASES: dict[str, dict[str, str]] = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.triton
 def test_value_family_kernels(name: str) -> None:
     kernel = load_spec(SPEC).kernel(name)
     report = certify(kernel, CertifyOptions(executor="triton-interpreter", fresh_seed=1,
@@ -120,6 +121,7 @@ def test_bad_nonfinite_tables_are_spec_errors(tmp_path: Path, table: dict[str, o
     assert says in str(error.value)
 
 
+@pytest.mark.triton
 def test_the_certificate_states_the_magnitudes_it_vouches_for() -> None:
     # wrong only outside 2**-21 .. 2**13: it passes, and the scope note says the ends probed
     kernel = load_spec(SPEC).kernel("reciprocal_wrong_outside")

@@ -158,6 +158,7 @@ def test_init_then_fill_in_dims_then_lint(tmp_path: Path) -> None:
     assert again.exit_code == 2 and "already has a [[kernel]] named 'saxpy'" in again.stderr
 
 
+@pytest.mark.triton
 def test_init_triton_then_lint(tmp_path: Path) -> None:
     folder = tmp_path / "tri"
     folder.mkdir()
@@ -178,6 +179,7 @@ def test_init_unknown_type_exits_2(tmp_path: Path) -> None:
     assert not (tmp_path / "kcert.toml").exists()
 
 
+@pytest.mark.triton
 def test_lint_under_the_triton_interpreter(tmp_path: Path) -> None:
     # With TRITON_INTERPRET=1 in the environment, Triton's own helpers cannot be
     # compiled in-process; lint must still build the real PTX.

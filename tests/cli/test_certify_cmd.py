@@ -125,6 +125,11 @@ def test_human_output_is_a_table_and_a_verdict(spec: Path) -> None:
     assert "sizes probed for " in result.stdout
     for name in ("correctness", "coverage", "bounds", "determinism", "fresh-probes"):
         assert name in result.stdout
+    # without --key nothing is written, and it says so; stderr is no terminal here, so the
+    # progress is one plain line per step
+    assert "no certificate written: no --key given" in result.stderr
+    assert not Path("scale.cert.json").exists()  # the default --out, in the working folder
+    assert "certifying scale: fixed probe 1/1" in result.stderr
 
 
 @pytest.mark.parametrize("args", [

@@ -22,7 +22,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "catch_rate.py"
 #: The fresh probes' seed, fixed so that a failure here can be reproduced.
 FRESH_SEED = 1
 
-pytestmark = pytest.mark.corpus
+pytestmark = [pytest.mark.corpus, pytest.mark.triton]  # Triton kernels, on the interpreter
 
 
 def _bench() -> ModuleType:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from pathlib import Path
 from types import ModuleType
 
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
 from sqlalchemy import Engine
 
-MIGRATION = Path(__file__).resolve().parents[2] / "alembic" / "versions" / "0002_audit_log.py"
+from kcert.registry.db import ALEMBIC_DIR
+
+MIGRATION = ALEMBIC_DIR / "versions" / "0002_audit_log.py"
 POSTGRES_URL = os.environ.get(
     "KCERT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )

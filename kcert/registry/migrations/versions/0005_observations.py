@@ -13,7 +13,6 @@ Revises: 0004_certificate_pae_id
 from __future__ import annotations
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = "0005_observations"

@@ -36,10 +36,9 @@ from typing import Any
 
 import rfc8785
 import sqlalchemy as sa
+from alembic import op
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-from alembic import op
 
 revision = "0004_certificate_pae_id"
 down_revision = "0003_certificate_sandboxed"

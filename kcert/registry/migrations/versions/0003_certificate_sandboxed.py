@@ -17,7 +17,6 @@ import json
 from typing import Any
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = "0003_certificate_sandboxed"

@@ -7,7 +7,6 @@ Revises: 0001_registry
 from __future__ import annotations
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = "0002_audit_log"

@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib
 import logging.config
 
+from alembic import context
 from sqlalchemy import Connection
 from sqlmodel import SQLModel
 
 import kcert.registry.models  # noqa: F401 - registers the registry's tables
-from alembic import context
 from kcert.registry.config import Settings
 from kcert.registry.db import make_engine
 
