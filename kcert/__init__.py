@@ -89,7 +89,7 @@ _EXPORTS: dict[str, str] = {
     # runtime verification after promotion
     "Guard": "kcert.guard",
     "GuardStats": "kcert.guard",
-    "GuardError": "kcert.guard",
+    "GuardError": "kcert.guard.errors",
     "Reporter": "kcert.guard",
     "HttpReporter": "kcert.guard",
     "ListReporter": "kcert.guard",
@@ -97,7 +97,7 @@ _EXPORTS: dict[str, str] = {
     # values and errors
     "Digest": "kcert.digest",
     "KcertError": "kcert.errors",
-    "SpecError": "kcert.certify.spec",
+    "SpecError": "kcert.certify.errors",
     "BuildError": "kcert.certify.errors",
     "VerificationError": "kcert.attest.errors",
     "RegistryError": "kcert.registry.errors",
@@ -143,11 +143,11 @@ if TYPE_CHECKING:
     from kcert.attest.dsse import Envelope
     from kcert.attest.errors import VerificationError
     from kcert.attest.keys import key_id, load_private_key, load_public_key, write_keypair
-    from kcert.certify.errors import BuildError
+    from kcert.certify.errors import BuildError, SpecError
     from kcert.certify.pipeline import CertifyOptions
     from kcert.certify.report import CertificationReport, CheckResult, Status, Verdict
     from kcert.certify.spares import WorkerPool
-    from kcert.certify.spec import KernelSpec, SpecError, SpecFile, load_spec
+    from kcert.certify.spec import KernelSpec, SpecFile, load_spec
     from kcert.digest import Digest
     from kcert.errors import KcertError
     from kcert.facade import (
@@ -163,13 +163,13 @@ if TYPE_CHECKING:
     )
     from kcert.guard import (
         Guard,
-        GuardError,
         GuardStats,
         HttpReporter,
         ListReporter,
         ObservationReport,
         Reporter,
     )
+    from kcert.guard.errors import GuardError
     from kcert.registry.client import EmbeddedRegistry, Registry, RemoteRegistry
     from kcert.registry.errors import RegistryError
     from kcert.registry.models import CertificateStored, GateDecision

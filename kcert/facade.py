@@ -112,6 +112,7 @@ def open_registry(url: str | None = None, *, token: str | None = None,
     (``KCERT_DATABASE_URL`` picks its database). ``home`` names an embedded one's folder.
     Call ``close()`` when done (``contextlib.closing`` does it for you).
     """
+    # lazy: `import kcert` stays cheap (PEP 562); the registry loads on first use
     from kcert.registry.client import EmbeddedRegistry, RemoteRegistry
     from kcert.registry.client import open_registry as open_configured
     from kcert.registry.config import Settings
@@ -129,6 +130,7 @@ def open_registry(url: str | None = None, *, token: str | None = None,
 def trust_key(registry: Registry, public_key: Ed25519PublicKey, *,
               name: str) -> TrustedKeyPublic:  # fmt: skip
     """Trust ``public_key`` (as ``name``) to sign the certificates ``registry`` accepts."""
+    # lazy: `import kcert` stays cheap (PEP 562); the registry loads on first use
     from kcert.attest.keys import public_key_hex
     from kcert.registry.models import TrustedKeyCreate
 

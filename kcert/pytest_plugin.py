@@ -71,6 +71,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def _pool(item: KcertItem) -> WorkerPool:
     """The session's pool, keeping a warm worker ahead while another kernel follows ``item``."""
+    # lazy: this plugin loads in every pytest run; kcert's modules only when it collects
     from kcert.certify.spares import WorkerPool
 
     pool = item.config.stash.get(_POOL, None)
@@ -104,6 +105,7 @@ def _interpreted(kernel: KernelSpec, executor: str) -> bool:
 
 @functools.cache
 def _gpu() -> tuple[bool, str]:
+    # lazy: this plugin loads in every pytest run; kcert's modules only when it collects
     from kcert.certify.executors.choice import gpu_visible
 
     return gpu_visible()
@@ -121,6 +123,7 @@ class KcertFile(pytest.File):
     """One ``kcert.toml``: a test per ``[[kernel]]``."""
 
     def collect(self) -> Iterator[KcertItem]:
+        # lazy: this plugin loads in every pytest run; kcert's modules only when it collects
         from kcert.certify.spec import load_spec
 
         executor = _executor(self.config)
@@ -133,6 +136,7 @@ class KcertFile(pytest.File):
             yield item
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
+        # lazy: this plugin loads in every pytest run; kcert's modules only when it collects
         from kcert.errors import KcertError
 
         if isinstance(excinfo.value, KcertError):  # a bad spec: say what, without a traceback
@@ -159,6 +163,7 @@ class KcertItem(pytest.Item):
             pytest.skip(f"needs a GPU: {what}; {detail}")
 
     def runtest(self) -> None:
+        # lazy: this plugin loads in every pytest run; kcert's modules only when it collects
         from kcert.certify.ci import KernelOutcome
         from kcert.certify.pipeline import CertifyOptions, certify
 
@@ -177,6 +182,7 @@ class KcertItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> Any:  # fmt: skip
+        # lazy: this plugin loads in every pytest run; kcert's modules only when it collects
         from kcert.errors import KcertError
 
         if isinstance(excinfo.value, KernelFailed):

@@ -8,11 +8,9 @@ the audit log's public routes.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 from sqlalchemy import Engine
@@ -22,6 +20,7 @@ from kcert.api import (
     openapi,
     routes_certificates,
     routes_health,
+    routes_log,
     routes_observations,
     routes_targets,
     routes_tokens,
@@ -88,9 +87,7 @@ def create_app(
     app.include_router(routes_tokens.router, tags=["tokens"])
     app.include_router(routes_observations.router, tags=["observations"])
     app.include_router(routes_health.router, tags=["log"])
-    log_router = _log_router()
-    if log_router is not None:
-        app.include_router(log_router, tags=["log"])
+    app.include_router(routes_log.router, tags=["log"])
     openapi.install(app)
     # Added last, so outermost: the cap applies before routing and before the body checks
     # (UTF-8 JSON, depth, NUL), the last resort around all.
@@ -112,13 +109,3 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.gatekeeper.close()
     app.state.log_guard.close()
 
-
-def _log_router() -> Any:
-    """The audit log's public routes (``kcert.api.routes_log``), when that module is present."""
-    try:
-        module = importlib.import_module("kcert.api.routes_log")
-    except ModuleNotFoundError as exc:
-        if exc.name != "kcert.api.routes_log":
-            raise
-        return None
-    return module.router

@@ -25,7 +25,7 @@ from kcert.api.serve import MAX_REQUEST_HEAD_BYTES
 from kcert.digest import DigestError
 from kcert.errors import KcertError
 from kcert.registry import errors as reg
-from kcert.registry.checkpoints import LogInconsistent
+from kcert.registry.errors import LogInconsistent
 
 PROBLEM_BASE = "https://kcert.dev/problems/"
 PROBLEM_MEDIA_TYPE = "application/problem+json"

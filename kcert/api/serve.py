@@ -50,6 +50,7 @@ def serving_app() -> FastAPI:
     It does not migrate: whoever starts the server has (``kcert serve`` does, once,
     before the workers start), so workers neither race on it nor spend their start-up on it.
     """
+    # lazy: the app (and the whole registry) loads in the serving process only
     from kcert.api.app import create_app
 
     app = create_app(migrate_on_start=False)
@@ -100,6 +101,7 @@ def serve(
     by default: it costs a log line per gate request and says nothing the
     audit log does not.
     """
+    # lazy: only serving needs the web server
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 

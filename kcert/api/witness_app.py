@@ -16,8 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from kcert import __version__
 from kcert.api.problems import BodyLimitMiddleware, LastResortMiddleware
-from kcert.log.errors import LogError
-from kcert.log.witness import MAX_BODY_BYTES, SIZE_MEDIA_TYPE, StaleOldSize, Witness, WitnessError
+from kcert.log.errors import LogError, StaleOldSize, WitnessError
+from kcert.log.witness import MAX_BODY_BYTES, SIZE_MEDIA_TYPE, Witness
 
 _TEXT = "text/plain; charset=utf-8"
 log = logging.getLogger("kcert.witness")

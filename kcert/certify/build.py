@@ -29,12 +29,11 @@ from typing import Any, Literal
 
 from kcert.certify.build_child import RawBuild, build_in_child
 from kcert.certify.environment import HW_CLASSES
-from kcert.certify.errors import BuildError, CompilerUnavailable
+from kcert.certify.errors import ArchError, BuildError, CompilerUnavailable
 from kcert.certify.report import BuildRecord, Resources
 from kcert.certify.sources import SourceBundle
 from kcert.certify.spec import KernelSpec
 from kcert.digest import Digest
-from kcert.errors import KcertError
 
 #: Compute architecture per hardware class (``--hw``), for ``--arch``'s default.
 #: ``sm_XX`` of every GPU class, from the one hardware table in ``environment``.
@@ -46,10 +45,6 @@ DEFAULT_HW = "H100"
 _ARCH = re.compile(r"^sm_(\d{2,3})[af]?$")
 #: Bumped whenever the cached layout or the way a build is made changes.
 _CACHE_FORMAT = 3
-
-
-class ArchError(KcertError):
-    kind = "usage"
 
 
 def arch_for_hw(hw_class: str) -> str:
@@ -202,8 +197,9 @@ def ptx_param_sizes(ptx: str, entry: str) -> tuple[int, ...] | None:
 
 def _nvrtc() -> Any:
     try:
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         from cupy.cuda import nvrtc
-    except Exception as exc:  # CuPy missing or its NVRTC library failing to load
+    except (ImportError, OSError, RuntimeError) as exc:  # CuPy missing, or NVRTC failing to load
         raise CompilerUnavailable(
             f"NVRTC cannot be loaded ({exc}); install the nvidia-cuda-nvrtc and cupy wheels"
         ) from exc
@@ -216,7 +212,7 @@ def nvrtc_version() -> str:
     nvrtc = _nvrtc()
     try:
         major, minor = nvrtc.getVersion()
-    except Exception as exc:  # the wheel's shared library is missing or broken
+    except (OSError, RuntimeError) as exc:  # the wheel's library is missing or broken (NVRTCError)
         raise CompilerUnavailable(f"NVRTC is installed but does not load: {exc}") from exc
     return f"{major}.{minor}"
 

@@ -21,7 +21,7 @@ _CUDA_KERNEL = re.compile(r"__global__\s+(?:[\w:<>*&]+\s+)*?(\w+)\s*\(")
 
 
 def check_entry(kernel: KernelSpec) -> None:
-    """Raise a :class:`~kcert.certify.spec.SpecError` on key ``entry`` when it is not defined."""
+    """Raise a :class:`~kcert.certify.errors.SpecError` on key ``entry`` when it is not defined."""
     if kernel.language == "triton":
         known = _python_names(kernel.code.main.data)
         if known is None or kernel.entry in known.names:

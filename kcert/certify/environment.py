@@ -21,8 +21,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from kcert.certify.errors import DriftFieldError, EnvironmentUnavailable, HardwareMismatch
 from kcert.digest import Digest
-from kcert.errors import KcertError
 
 #: What a GPU run records, in the order people read it.
 GPU_FIELDS: tuple[str, ...] = (
@@ -72,20 +72,6 @@ HW_CLASSES: Mapping[str, tuple[str, tuple[int, int]] | None] = {
     "cpu": None,  # the Triton interpreter only
 }
 EXECUTOR_CHOICES: tuple[str, ...] = ("auto", "cuda", "triton", "triton-interpreter")
-
-
-class EnvironmentUnavailable(KcertError):
-    """The environment cannot be read, or does not fit what was asked (exit code 2)."""
-
-    kind = "environment"
-
-
-class DriftFieldError(KcertError):
-    kind = "bad-drift-fields"
-
-
-class HardwareMismatch(KcertError):
-    kind = "hardware-mismatch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,10 +231,11 @@ def collect_environment(executor: str = "auto", *, device: int = 0) -> Environme
 def gpu_status() -> tuple[bool, str]:
     """Whether CuPy sees a CUDA device, and if not, why not."""
     try:
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         import cupy
 
         count = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # no CuPy, no driver, no device: all mean "no GPU here"
+    except (ImportError, OSError, RuntimeError) as exc:  # no CuPy, driver or device: no GPU here
         return False, f"{type(exc).__name__}: {exc}"
     return (count > 0, f"{count} CUDA device(s)")
 
@@ -269,6 +256,7 @@ def cpu_environment(executor: str = "triton-interpreter") -> Environment:
 
 def gpu_environment(device: int = 0) -> Environment:
     """Read the fields of CUDA device ``device`` through CuPy and NVML."""
+    # lazy: CuPy needs the CUDA stack; only a GPU path imports it
     import cupy
 
     runtime = cupy.cuda.runtime
@@ -312,10 +300,13 @@ def _nvml_facts(bus_id: str) -> dict[str, str]:
     """The driver's version string and the ECC mode from NVML; empty where NVML fails."""
     facts: dict[str, str] = {}
     try:
+        # lazy: NVML is there only where an NVIDIA driver is
         import pynvml
-
+    except ImportError:  # no nvidia-ml-py: the CUDA runtime's answers stand
+        return facts
+    try:
         pynvml.nvmlInit()
-    except Exception:  # no NVML library or no driver: the CUDA runtime's answers stand
+    except (OSError, pynvml.NVMLError):  # no NVML library or no driver: the same
         return facts
     try:
         facts["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
@@ -344,11 +335,13 @@ def _proc_driver_version() -> str | None:
 def _cublas_version() -> str | None:
     """cuBLAS's version as CuPy loads it; None where cuBLAS is not installed."""
     try:
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         import cupy
         from cupy_backends.cuda.libs import cublas
 
         return cublas_version_text(int(cublas.getVersion(cupy.cuda.device.get_cublas_handle())))
-    except Exception:  # cuBLAS missing or unloadable: recorded as absent, which is drift too
+    except (ImportError, OSError, RuntimeError):  # cuBLAS missing or unloadable (CUBLASError):
+        # recorded as absent, which is drift too
         return None
 
 

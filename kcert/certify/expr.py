@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kcert.errors import KcertError
+from kcert.certify.errors import ExprError
 
 MAX_LENGTH = 512
 MAX_DEPTH = 32
@@ -34,12 +34,6 @@ _TOKEN = re.compile(
     r"\s*(?:(?P<float>\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\.\d+(?:[eE][+-]?\d+)?)"
     r"|(?P<int>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>//|[-+*%(),]))"
 )
-
-
-class ExprError(KcertError):
-    """An expression that does not parse or cannot be evaluated."""
-
-    kind = "bad-expression"
 
 
 @dataclass(frozen=True, slots=True)

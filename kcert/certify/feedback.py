@@ -123,6 +123,7 @@ def _nvrtc_column(after: str, source_line: str | None) -> int | None:
 
 def report_feedback(report: CertificationReport) -> str:
     """The report as text to act on: what failed, where, by how much; or that it passed."""
+    # lazy: kcert.certify.report imports this module back (a cycle inside the package)
     from kcert.certify.report import Status, Verdict
 
     kernel = report.kernel

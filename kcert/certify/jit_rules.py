@@ -69,7 +69,7 @@ def triton_api() -> TritonApi:
     """
     try:
         importlib.import_module("triton.language")
-    except Exception as exc:  # not installed, or a broken install
+    except (ImportError, OSError, RuntimeError, AttributeError) as exc:  # missing or broken
         raise CompilerUnavailable(
             f"Triton cannot be imported ({exc}); install kcert[triton] to check .py kernels"
         ) from exc
@@ -113,6 +113,7 @@ def _device_object(obj: object, *, listed: bool) -> bool:
     A name a module only imported (``wraps``, ``List``, ``jit`` in ``standard``)
     is not its API; ``__all__`` vouches for names defined elsewhere (``PropagateNan``).
     """
+    # lazy: Triton is optional (kcert[triton]) and slow to import
     import triton.language as tl
 
     if isinstance(obj, types.ModuleType):
@@ -129,6 +130,7 @@ def _number(obj: object) -> bool:
 
 def _object_attributes() -> frozenset[str]:
     """Public members of Triton's tensor, type and constexpr classes and instances."""
+    # lazy: Triton is optional (kcert[triton]) and slow to import
     import triton.language as tl
 
     dtype = tl.float32

@@ -14,12 +14,12 @@ from typing import Any
 
 from kcert.certify.build import Build, build_cuda, ptx_param_sizes
 from kcert.certify.entry import check_entry
-from kcert.certify.errors import BuildError
+from kcert.certify.errors import BuildError, SpecError
 from kcert.certify.feedback import compiler_error
 from kcert.certify.interpreter import static_hazards
 from kcert.certify.module_check import check_module
 from kcert.certify.report import CheckResult, Resources, Status
-from kcert.certify.spec import BufferArg, KernelSpec, NoneArg, ScalarArg, SpecError
+from kcert.certify.spec import BufferArg, KernelSpec, NoneArg, ScalarArg
 from kcert.certify.triton_build import build_triton_sets, const_sets
 
 _DTYPE_BYTES = {
@@ -89,7 +89,7 @@ def lint(
     A Triton module must be kernels and literal constants only
     (:func:`~kcert.certify.module_check.check_module`, before anything imports it)
     unless ``allow_module_code``; it raises
-    :class:`~kcert.certify.module_check.ModuleCodeError` otherwise.
+    :class:`~kcert.certify.errors.ModuleCodeError` otherwise.
     """
     check_entry(kernel)  # a spec error (exit 2), not a failed build
     if kernel.language == "triton" and not allow_module_code:

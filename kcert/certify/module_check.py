@@ -28,24 +28,10 @@ import codecs
 import io
 import tokenize
 
+from kcert.certify.errors import ModuleCodeError
 from kcert.certify.module_rules import Finding, ModuleRules
-from kcert.errors import KcertError
 
 __all__ = ["Finding", "ModuleCodeError", "check_module", "module_findings"]
-
-
-class ModuleCodeError(KcertError):
-    """A Triton module that holds code beyond kernels and literal constants."""
-
-    kind = "module-code"
-
-    def __init__(self, filename: str, findings: tuple[Finding, ...]) -> None:
-        self.filename, self.findings = filename, findings
-        super().__init__(self.diagnostics())
-
-    def diagnostics(self) -> str:
-        """One ``FILE:LINE: what is there; what to do`` line per finding."""
-        return "\n".join(f"{self.filename}:{f.line}: {f.message}" for f in self.findings)
 
 
 def check_module(source: bytes, filename: str) -> None:

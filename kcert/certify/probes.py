@@ -167,6 +167,7 @@ def fixed_probes(kernel: KernelSpec, *, max_probes: int | None = None) -> ProbeS
 def fresh_probes(kernel: KernelSpec, fresh_seed: int,
                  count: int | None = None) -> tuple[Probe, ...]:  # fmt: skip
     """``count`` probes whose dims (:mod:`kcert.certify.sizes`) and inputs come from the seed."""
+    # lazy: kcert.certify.sizes imports this module back (a cycle inside the package)
     from kcert.certify.sizes import fresh_dims  # it draws with this module's streams
 
     count = kernel.probes.fresh if count is None else count

@@ -5,7 +5,7 @@ but nothing it does may turn into a traceback: an import error, an exception
 or an unusable answer becomes a :class:`ReferenceFailure` that says which
 function, which probe and what to fix. An answer of another shape than the
 spec declares is the spec's or the reference's mistake, a
-:class:`~kcert.certify.spec.SpecError`: it is never reshaped to fit.
+:class:`~kcert.certify.errors.SpecError`: it is never reshaped to fit.
 
 Float buffers reach the reference as float64 copies (a lossless widening), so
 a reference written plainly (``a @ b``) computes in double precision; integer
@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from kcert.certify.errors import ReferenceFailure
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.lowp import as_float32, is_float32
 from kcert.certify.spec import (
@@ -37,15 +38,8 @@ from kcert.certify.spec import (
     NoneArg,
 )
 from kcert.digest import Digest
-from kcert.errors import KcertError
 
 _IMPORT_LOCK = threading.Lock()
-
-
-class ReferenceFailure(KcertError):
-    """The reference could not be loaded or gave an unusable answer."""
-
-    kind = "bad-reference"
 
 
 class Reference:
@@ -175,6 +169,7 @@ def _narrow_float(dtype: np.dtype[Any]) -> bool:
     if dtype.kind != "V" or dtype.fields is not None:
         return False
     try:
+        # lazy: ml_dtypes is needed only for the narrow float dtypes
         import ml_dtypes
 
         ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]

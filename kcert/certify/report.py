@@ -323,6 +323,7 @@ class CertificationReport:
     def feedback(self) -> str:
         """What failed, on which smallest shape and by how much, as text for a model or a
         person to act on (:mod:`kcert.certify.feedback`); one line when it passed."""
+        # lazy: kcert.certify.feedback imports this module back (a cycle inside the package)
         from kcert.certify.feedback import report_feedback
 
         return report_feedback(self)

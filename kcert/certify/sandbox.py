@@ -51,13 +51,14 @@ from typing import IO, Any, Literal
 import numpy as np
 
 from kcert.certify import spares
-from kcert.certify.execution import RunJob, RunOutcome, RunStatus
-from kcert.certify.executors.base import (
-    BufferLayout,
+from kcert.certify.errors import (
     ExecutorUnavailable,
     NoDeviceError,
-    effective_shift,
+    TimedOutputError,
+    TimingUnavailable,
 )
+from kcert.certify.execution import RunJob, RunOutcome, RunStatus
+from kcert.certify.executors.base import BufferLayout, effective_shift
 from kcert.certify.executors.choice import (
     check_executor,
     default_executor,
@@ -67,7 +68,6 @@ from kcert.certify.executors.choice import (
 from kcert.certify.frames import Frames, ProtocolError
 from kcert.certify.report import TimingResult
 from kcert.certify.spec import KernelSpec
-from kcert.errors import KcertError
 
 __all__ = [
     "ExecutorUnavailable", "NoDeviceError", "Sandbox", "TimingUnavailable", "check_executor",
@@ -79,12 +79,6 @@ DEFAULT_STARTUP_S = 120.0
 #: Extra time after the deadline for the answer's bytes to arrive once the kernel is done.
 _TRANSFER_GRACE_S = 30.0
 _LOG_TAIL = 2000
-
-
-class TimingUnavailable(KcertError):
-    """Timing was asked of an executor or a build that cannot time."""
-
-    kind = "environment"
 
 
 class Sandbox:
@@ -115,6 +109,7 @@ class Sandbox:
         self.artifact: bytes | None = None
         if executor == "cuda" and mode == "kernel":
             if build is None:
+                # lazy: only a CUDA kernel's sandbox builds it in the parent (NVRTC)
                 from kcert.certify.build import build_cuda
 
                 build = build_cuda(kernel, arch=arch or device_arch(), sandbox=sandbox)
@@ -362,7 +357,7 @@ class Sandbox:
         buffers their pristine contents.
         ``check``, when given, gets the padded buffers as the last timed run
         left them (here, in the parent); if it raises, the timed work was not the
-        real work and :class:`~kcert.certify.timing.TimedOutputError` is raised.
+        real work and :class:`~kcert.certify.errors.TimedOutputError` is raised.
 
         Returns the :class:`TimingResult`, or a failed :class:`RunOutcome` when
         the kernel crashed, hung or raised while being timed. Raises
@@ -409,8 +404,6 @@ class Sandbox:
             self._stop_worker()
             return RunOutcome(RunStatus.CRASH, f"the worker sent a malformed result after {what}")
         if check is not None:
-            from kcert.certify.timing import TimedOutputError
-
             try:
                 check(arrays)
             except Exception as exc:  # whatever the check raises means: wrong output

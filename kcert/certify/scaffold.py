@@ -17,8 +17,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kcert.certify.spec import PLACEHOLDER, SPEC_NAME
-from kcert.errors import KcertError
+from kcert.certify.errors import SPEC_NAME, ScaffoldError
+from kcert.certify.spec import PLACEHOLDER
 
 REFERENCE_FILE = "reference.py"
 
@@ -65,10 +65,6 @@ _FLOATISH = re.compile(
     r"theta|factor|weight|bias|val|value)$",
     re.I,
 )
-
-
-class ScaffoldError(KcertError):
-    kind = "usage"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,10 @@ import math
 import re
 import tokenize
 
+from kcert.certify.errors import SpecError
+from kcert.certify.probes import domain_ends
 from kcert.certify.report import ScopeNote
-from kcert.certify.spec import FLOAT_DTYPES, Intent, KernelSpec, SpecError, ValueDomain
+from kcert.certify.spec import FLOAT_DTYPES, Intent, KernelSpec, ValueDomain
 
 #: Where exp overflows, by the precision the kernel most likely computes in (f16 and
 #: bf16 inputs are usually widened to float32 before exp).
@@ -117,7 +119,6 @@ def domain_note(kernel: KernelSpec) -> tuple[ScopeNote, ...]:
     A kernel wrong only outside them (``1/x`` for ``|x| < 2**-21``) passes; the
     certificate says so rather than let a pass read as "for every float".
     """
-    from kcert.certify.probes import domain_ends  # probes imports nothing from here
 
     parts = []
     for buf in kernel.buffers:

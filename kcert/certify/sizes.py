@@ -54,8 +54,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kcert.certify.errors import SpecError
 from kcert.certify.probes import _name_word, _Stream
-from kcert.certify.spec import KernelSpec, SpecError
+from kcert.certify.spec import KernelSpec
 
 #: Residues modulo these are covered, with the listed values, as far as the draws allow.
 MODULI = (2, 3, 4, 5, 7, 8)

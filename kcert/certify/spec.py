@@ -15,7 +15,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from kcert.certify.expr import Expr, ExprError, Number, parse_expr
+from kcert.certify.errors import SPEC_NAME, ExprError, SpecError
+from kcert.certify.expr import Expr, Number, parse_expr
 from kcert.certify.sources import (
     SourceBundle,
     SourceFile,
@@ -24,9 +25,8 @@ from kcert.certify.sources import (
     read_kernel_source,
 )
 from kcert.digest import Digest, canonical_json
-from kcert.errors import KcertError, UsageError
+from kcert.errors import UsageError
 
-SPEC_NAME = "kcert.toml"
 #: What ``kcert init`` writes where only the user can say; refused until replaced.
 PLACEHOLDER = "FILL_IN"
 FORMAT_VERSION = 1
@@ -46,27 +46,6 @@ _STRING_CONST = re.compile(r"""^(["'])([A-Za-z0-9_.:+-]{0,64})\1$""")
 #: An unused pointer parameter: Triton gets ``None``, CUDA C a null pointer.
 NONE_ARG = "none"
 _MAX_DIM_VALUES = 64
-
-
-class SpecError(KcertError):
-    """A spec that cannot be used, located by file, kernel and key."""
-
-    kind = "bad-spec"
-
-    def __init__(
-        self, message: str, *, file: Path | None = None, kernel: str | None = None,
-        key: str | None = None,
-    ) -> None:  # fmt: skip
-        self.file, self.kernel, self.key, self.message = file, kernel, key, message
-        super().__init__(self.diagnostics())
-
-    def diagnostics(self) -> str:
-        where = [str(self.file) if self.file else SPEC_NAME]
-        if self.kernel is not None:
-            where.append(f"kernel '{self.kernel}'")
-        if self.key is not None:
-            where.append(f"key '{self.key}'")
-        return ": ".join([*where, self.message])
 
 
 class Intent(StrEnum):
@@ -234,7 +213,6 @@ class KernelSpec:
     num_warps: int | None = None
     #: Non-finite values (``nan``, ``inf``, ``-inf``) an input buffer's probes may hold.
     nonfinite: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    _table: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: Scalars and consts in the order they can be evaluated (each after what it names);
     #: empty: the order they are listed in.
     order: tuple[str, ...] = ()
@@ -583,7 +561,7 @@ class _Table:
             shared_mem=shared_mem, dims=dims, args=args, tolerance=self.tolerance(),
             values=self.values(buffers, names), nonfinite=self.nonfinite(buffers),
             artifact=self.artifact(), probes=self.probe_settings(), code=code,
-            build_options=tuple(options), num_warps=num_warps, _table=dict(self.t),
+            build_options=tuple(options), num_warps=num_warps,
             order=self.evaluation_order(args),
         )  # fmt: skip
 

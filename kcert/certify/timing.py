@@ -53,9 +53,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kcert.certify.errors import TimedOutputError, TimingError
 from kcert.certify.report import CheckResult, Status, TimingReport, TimingResult
 from kcert.certify.spec import Intent, KernelSpec, Launch
-from kcert.errors import KcertError
 
 __all__ = [
     "METHOD", "Measurement", "TimedOutputError", "TimingError", "TimingResult",
@@ -93,18 +93,6 @@ extern "C" __global__ void kcert_gate(unsigned long long ns) {
     } while (now - start < ns);
 }
 """
-
-
-class TimingError(KcertError):
-    """Timing could not be done on this machine."""
-
-    kind = "timing"
-
-
-class TimedOutputError(TimingError):
-    """The output of the last timed run was wrong: the timed work was not the real work."""
-
-    kind = "timed-output-mismatch"
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -375,6 +363,7 @@ class _Bench:
 
     def __init__(self, synchronize: Callable[[], None] | None) -> None:
         try:
+            # lazy: CuPy needs the CUDA stack; only a GPU path imports it
             import cupy
         except ImportError as exc:
             raise TimingError(f"timing needs CuPy: {exc}") from exc
@@ -487,8 +476,11 @@ def device_peak_bandwidth(device: int = 0) -> float:
     except runtime.CUDARuntimeError:
         pass  # CUDA 13 may no longer report the memory clock: ask NVML
     try:
+        # lazy: NVML is there only where an NVIDIA driver is
         import pynvml
-
+    except ImportError as exc:
+        raise TimingError(f"cannot tell the device's peak memory bandwidth: {exc}") from exc
+    try:
         pynvml.nvmlInit()
         try:
             handle = pynvml.nvmlDeviceGetHandleByPciBusId(runtime.deviceGetPCIBusId(device))
@@ -497,7 +489,8 @@ def device_peak_bandwidth(device: int = 0) -> float:
         finally:
             pynvml.nvmlShutdown()
         return peak_bandwidth_from_clock(int(clock_mhz) * 1000, int(bus))
-    except Exception as exc:  # NVML missing, or a query unsupported on this device
+    # NVML missing or a query unsupported on this device; a zero clock or bus (ValueError)
+    except (OSError, ValueError, pynvml.NVMLError, runtime.CUDARuntimeError) as exc:
         raise TimingError(f"cannot tell the device's peak memory bandwidth: {exc}") from exc
 
 
@@ -519,6 +512,7 @@ def launch_lower_bound(
 
 def _runtime() -> Any:
     try:
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         import cupy
     except ImportError as exc:
         raise TimingError(f"timing needs CuPy: {exc}") from exc

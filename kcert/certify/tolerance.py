@@ -142,6 +142,7 @@ def compute_dtype(kernel: KernelSpec) -> str:
 
 def float_info(dtype: str) -> Any:
     """``finfo`` of a float spec dtype, bfloat16 included (through ml_dtypes)."""
+    # lazy: ml_dtypes is needed only for the narrow float dtypes
     import ml_dtypes
 
     return ml_dtypes.finfo(host_dtype(dtype))  # type: ignore[no-untyped-call]

@@ -26,17 +26,9 @@ from typing import Any
 
 from kcert.certify.build import Build, check_arch, finish_build, load_cached, store_cached
 from kcert.certify.build_child import RawBuild, build_in_child
-from kcert.certify.errors import BuildError, CompilerUnavailable
+from kcert.certify.errors import BuildError, CompilerUnavailable, SpecError
 from kcert.certify.executors.base import Fault, import_code
-from kcert.certify.spec import (
-    BufferArg,
-    ConstArg,
-    ConstValue,
-    KernelSpec,
-    NoneArg,
-    ScalarArg,
-    SpecError,
-)
+from kcert.certify.spec import BufferArg, ConstArg, ConstValue, KernelSpec, NoneArg, ScalarArg
 from kcert.digest import Digest
 
 _TRITON_TYPES = {
@@ -63,8 +55,9 @@ _MAX_DIM_COMBINATIONS = 4096
 
 def _triton() -> Any:
     try:
+        # lazy: Triton is optional (kcert[triton]) and slow to import
         import triton
-    except Exception as exc:  # not installed, or a broken install
+    except (ImportError, OSError, RuntimeError, AttributeError) as exc:  # missing or broken
         raise CompilerUnavailable(
             f"Triton cannot be imported ({exc}); install kcert[triton] to work with .py kernels"
         ) from exc
@@ -208,6 +201,7 @@ def compile_triton(
     """Compile the entry ``fn`` (from :func:`load_entry`) for each const set (build child only)."""
     triton = _triton()
     cc = int(re.sub(r"\D", "", check_arch(arch)))
+    # lazy: Triton is optional (kcert[triton]) and slow to import
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -254,10 +248,11 @@ def _with_dynamic_shared(build: Build) -> Build:
 def _ptxas_report(ptx: bytes, cc: int) -> str:
     """Run the ``ptxas`` Triton itself used, with ``-v``, over the PTX for the resource report."""
     try:
+        # lazy: Triton is optional (kcert[triton]) and slow to import
         from triton.backends.nvidia.compiler import get_ptxas
 
         ptxas = get_ptxas(cc).path
-    except Exception as exc:  # a Triton without a bundled ptxas
+    except (ImportError, OSError, RuntimeError, AttributeError) as exc:  # no bundled ptxas
         raise CompilerUnavailable(f"Triton's ptxas is not available: {exc}") from exc
     target = re.search(rb"^\s*\.target\s+(sm_\w+)", ptx, re.M)
     if target is None:

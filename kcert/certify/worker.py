@@ -55,9 +55,11 @@ from kcert.certify.spec import Callable_, KernelSpec, Launch
 
 def make_executor(name: str, kernel: KernelSpec) -> Executor:
     if name == "cuda":
+        # lazy: the worker child imports only the executor and build it runs
         from kcert.certify.executors.cuda_exec import CudaExecutor
 
         return CudaExecutor(kernel)
+    # lazy: the worker child imports only the executor and build it runs
     from kcert.certify.executors.triton_exec import TritonExecutor
 
     return TritonExecutor(kernel, interpret=name == "triton-interpreter")
@@ -93,6 +95,7 @@ def _time(
     Returns the figures and the padded buffers as the last timed run left them.
     """
     try:
+        # lazy: the worker child imports only the executor and build it runs
         from kcert.certify import timing
     except ImportError as exc:
         raise Fault(RunStatus.LAUNCH_ERROR, "timing routine not available "
@@ -197,6 +200,7 @@ def serve(inbox: Connection, outbox: Connection) -> int:
 
 def _serve_build(outbox: Connection, kernel: KernelSpec, init: dict[str, Any]) -> int:
     """Compile ``kernel`` for each const assignment; one header, then PTX and cubin frames."""
+    # lazy: the worker child imports only the executor and build it runs
     from kcert.certify.build import compile_cuda
     from kcert.certify.errors import BuildError, CompilerUnavailable
 
@@ -205,6 +209,7 @@ def _serve_build(outbox: Connection, kernel: KernelSpec, init: dict[str, Any]) -
         if kernel.language == "cuda":
             builds = [compile_cuda(kernel, init["arch"])]
         else:
+            # lazy: the worker child imports only the executor and build it runs
             from kcert.certify.triton_build import compile_triton, load_entry
 
             fn = load_entry(kernel)

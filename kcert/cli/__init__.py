@@ -10,6 +10,7 @@ busy machine.
 
 def main() -> None:
     """Console-script entry point (:func:`kcert.cli.app.main`)."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.cli.app import main as run
 
     run()

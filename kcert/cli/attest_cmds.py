@@ -186,6 +186,7 @@ def report_command(
     1 when --key is given and the signature does not verify; 2 when the file
     cannot be read.
     """
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.attest.html_report import render_html
 
     try:

@@ -44,17 +44,17 @@ from kcert.log.merkle import leaf_hash
 from kcert.log.monitor import AuditResult, AuditState, Finding, audit_log, state_dir_name
 from kcert.log.note import Checkpoint, Verifier, open_checkpoint
 from kcert.log.proofs import verify_inclusion
-from kcert.log.replay import (
+from kcert.log.source import HttpLogSource, LogSource
+from kcert.registry.errors import ReplayError
+from kcert.registry.replay import (
     MISMATCH_KIND,
     AnchorDifference,
     DecisionReplay,
     EnvelopeFetcher,
-    ReplayError,
     check_candidates,
     compare_anchors,
     replay_decision,
 )
-from kcert.log.source import HttpLogSource, LogSource
 
 if TYPE_CHECKING:
     from kcert.registry.consistency import Commitments
@@ -82,6 +82,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 
 def open_source(registry: str | None) -> tuple[LogSource, Path]:
     """The log to audit and ``KCERT_HOME``: a remote registry, or the embedded database."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.config import Settings
 
     settings = Settings()
@@ -89,11 +90,13 @@ def open_source(registry: str | None) -> tuple[LogSource, Path]:
     if url:
         token = settings.token.get_secret_value() if settings.token else None
         return HttpLogSource(url, token=token), settings.home
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from sqlalchemy.engine import make_url
 
-    from kcert.registry.audit import DatabaseLogSource, log_signer
+    from kcert.registry.audit import log_signer
     from kcert.registry.checkpoints import CheckpointGuard, witness_endpoints
     from kcert.registry.db import engine_for
+    from kcert.registry.log_source import DatabaseLogSource
 
     db_url = settings.resolved_database_url()
     parsed = make_url(db_url)
@@ -444,6 +447,7 @@ def _all_entries(source: LogSource, end: int | None = None) -> Iterator[tuple[in
 
 def _envelope_fingerprints(fetch: EnvelopeFetcher) -> FingerprintOf:
     """Certificates' fingerprints over a target's own drift fields, from served envelopes."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.digest import canonical_json
     from kcert.registry.history import envelope_fingerprints
 
@@ -458,6 +462,7 @@ class _ProvedLog:
     """The leaves ``replay --all`` folds, hashed as they pass, then proved."""
 
     def __init__(self, source: LogSource, home: Path) -> None:
+        # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
         from kcert.log.merkle import MemoryTree
 
         self.source = source
@@ -483,7 +488,9 @@ class _ProvedLog:
             self.findings.append(Finding(None, f"the log's current checkpoint: {exc}"))
 
     def _key(self) -> Verifier | None:
-        from kcert.registry.audit import LOG_KEY_FILE, DatabaseLogSource
+        # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
+        from kcert.registry.audit import LOG_KEY_FILE
+        from kcert.registry.log_source import DatabaseLogSource
 
         pinned = self.state.pinned()
         if pinned is not None or not isinstance(self.source, DatabaseLogSource):
@@ -491,6 +498,7 @@ class _ProvedLog:
         key_file = self.home / LOG_KEY_FILE  # the embedded registry: its own log key
         if not key_file.exists():
             return None
+        # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
         from kcert.log.note import load_or_create_signer
 
         return load_or_create_signer(key_file).verifier
@@ -503,8 +511,9 @@ class _ProvedLog:
 
     def prove(self) -> None:
         """Hold the leaves read against the current checkpoint and every earlier one known."""
+        # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
         from kcert.log.monitor import prove_leaves
-        from kcert.registry.audit import DatabaseLogSource
+        from kcert.registry.log_source import DatabaseLogSource
 
         if self.checkpoint is None or self._verifier is None:
             return
@@ -533,6 +542,7 @@ class _ProvedLog:
 
 
 def _replay_all(source: LogSource, home: Path, json_out: bool, allow_unverified: bool) -> NoReturn:
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.history import replay_history
 
     log = _ProvedLog(source, home)
@@ -596,6 +606,7 @@ def _read_note(path: Path, what: str) -> str:
 
 def _server_checkpoint(home: Path) -> list[tuple[str, str]]:
     """The server's last signed checkpoint (``KCERT_HOME/log-checkpoint``), when there is one."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.checkpoints import CHECKPOINT_FILE
 
     path = home / CHECKPOINT_FILE
@@ -608,6 +619,7 @@ def _state_commitments(home: Path, label: str, checkpoint: Path | None) -> Commi
     """What ``audit state`` proves the leaves against: the log key in ``home`` signs the
     current tree; the server's last checkpoint, the last one audited and ``checkpoint``
     must be extended. ``None`` when there is no log key to open them with."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.audit import LOG_KEY_FILE
     from kcert.registry.consistency import Commitments
 
@@ -620,6 +632,7 @@ def _state_commitments(home: Path, label: str, checkpoint: Path | None) -> Commi
         notes.append((f"checkpoint {checkpoint}", _read_note(checkpoint, "the checkpoint file")))
     key_file = home / LOG_KEY_FILE
     if key_file.exists():
+        # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
         from kcert.log.note import load_or_create_signer
 
         signer = load_or_create_signer(key_file)  # it exists: loaded, never made here
@@ -656,13 +669,14 @@ def state(
     that the registry's state (trusted keys, certificates and revocations, target
     fingerprints, promotions, stale marks, API tokens) is exactly what those leaves fold
     to, and name each difference (exit 0 consistent, 1 differences, 2 unreachable)."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
     from kcert.registry.config import Settings
-    from kcert.registry.consistency import LogUnexplained, check_state
+    from kcert.registry.consistency import check_state
     from kcert.registry.db import make_engine, read_session
-    from kcert.registry.errors import RegistryUnavailable
+    from kcert.registry.errors import LogUnexplained, RegistryUnavailable
 
     settings = Settings()
     url = database or settings.resolved_database_url()
@@ -713,6 +727,7 @@ def _rerun(
     kernel_name: str | None,
 ) -> list[AnchorDifference]:  # fmt: skip
     """Certify the kernel again on the recorded probes; every anchor that moved."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.attest.certificate import inspect_envelope, parse_envelope
     from kcert.certify.environment import gpu_status
     from kcert.certify.pipeline import CertifyOptions, certify
@@ -767,6 +782,7 @@ def _recheck_mismatch(
     leaf: Leaf, source: LogSource, spec: Path | None, kernel_name: str | None
 ) -> dict[str, Any]:
     """Run the spec's reference on a mismatch's evidence, fetched and held against the leaf."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.certify.spec import resolve_kernel
     from kcert.registry.evidence import recheck, served_arrays
 

@@ -81,6 +81,7 @@ def certify_command(
                              sandbox=not no_sandbox, allow_module_code=allow_module_code,
                              sanitize=tools)  # fmt: skip
     if len(kernels) > 1:
+        # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
         from kcert.cli.certify_many import certify_many
 
         certify_many(kernels, options, key=key, out=out, as_json=as_json, outputs=outputs)
@@ -112,6 +113,7 @@ def certify_command(
 
 def _load_key(path: Path) -> Any:
     try:
+        # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
         from kcert.attest.keys import load_private_key
     except ImportError as exc:  # pragma: no cover - the attest package ships with kcert
         raise UsageError(f"signing is not available: {exc}") from exc
@@ -119,6 +121,7 @@ def _load_key(path: Path) -> Any:
 
 
 def _sign(report: CertificationReport, key: Any, path: Path) -> tuple[str, str]:
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.attest.certificate import certificate_id, sign_report, write_certificate
 
     envelope = sign_report(report, key)

@@ -30,6 +30,7 @@ PIPE_WIDTH = 4096
 
 def _make_consoles() -> None:
     # Rich takes a good part of ``kcert --version``'s start: made on first use instead.
+    # lazy: rich loads only when something is printed
     from rich.console import Console, ConsoleDimensions
 
     class _Console(Console):
@@ -71,6 +72,7 @@ def emit_json(value: Any) -> None:
 
 def emit_error(exc: KcertError, *, as_json: bool) -> None:
     """Show an error; with ``--json`` it is also the one object on stdout."""
+    # lazy: rich loads only when something is printed
     from rich.markup import escape
 
     text = exc.diagnostics()
@@ -87,6 +89,7 @@ def progress(label: str) -> Iterator[Callable[[str], None]]:
     On a terminal a spinner shows the latest step; elsewhere each step is one
     line (``label: step``), so a CI log shows where a slow run spends its time.
     """
+    # lazy: rich loads only when something is printed
     from rich.markup import escape
 
     console = _err()

@@ -100,7 +100,7 @@ def compare_command(
         result = reg.compare_perf(target=target, before=_kernel(before), after=_kernel(after),
                                   seed=seed, resamples=resamples)  # fmt: skip
     if html is not None:
-        from kcert.registry.perf_html import render_perf_html
+        from kcert.registry.perf_html import render_perf_html  # lazy: only --html draws
 
         try:
             html.write_text(render_perf_html(result), encoding="utf-8")

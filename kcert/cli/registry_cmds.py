@@ -59,6 +59,7 @@ token_app = typer.Typer(name="token", help="API tokens of a registry.", no_args_
 def _registry(url: str | None) -> Iterator[Registry]:
     # lazy: httpx (a remote registry's client) costs a quarter of a second to import, which
     # `--help` and every usage error would pay
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.remote import open_registry
 
     registry = open_registry(Settings(), url)
@@ -93,6 +94,7 @@ def serve_command(
     ] = False,
 ) -> None:  # fmt: skip
     """Run the registry API (database KCERT_DATABASE_URL, first admin token KCERT_ADMIN_TOKEN)."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.api.serve import serve
     from kcert.registry.db import dispose_engines, engine_for, migrate
 
@@ -208,6 +210,7 @@ def target_report_command(
     as_json: JsonOption = False,
 ) -> None:
     """Report a target's environment; the registry derives its fingerprint and applies drift."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.models import TargetCreate
 
     fields = _read_environment(environment)
@@ -253,6 +256,7 @@ def keys_trust_command(
     as_json: JsonOption = False,
 ) -> None:
     """Trust a signing key in the registry."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.models import TrustedKeyCreate
 
     hex_key = (
@@ -311,6 +315,7 @@ def token_create_command(
     as_json: JsonOption = False,
 ) -> None:
     """Make an API token. It is shown once: only its hash is kept."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.models import ApiTokenCreate
 
     try:
@@ -353,6 +358,7 @@ def token_revoke_command(
 
 def _read_environment(path: Path | None) -> dict[str, Any]:
     if path is None:
+        # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
         from kcert.certify.environment import collect_environment
 
         return dict(collect_environment("auto").fields)

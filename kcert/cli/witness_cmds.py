@@ -38,6 +38,7 @@ KeyOpt = Annotated[
 
 
 def _home() -> Path:
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.config import Settings
 
     return Settings().home
@@ -85,6 +86,7 @@ def serve_command(
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8710,
 ) -> None:  # fmt: skip
     """Serve POST /add-checkpoint (C2SP tlog-witness) for the logs named by --log."""
+    # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     import uvicorn
 
     from kcert.api.witness_app import create_witness_app

@@ -6,8 +6,9 @@ launches a certified kernel (``guard.wrap(fn)`` or ``@guard``). See
 call's arguments map onto the spec.
 """
 
-from kcert.guard.binding import CertifiedKernel, GuardError
+from kcert.guard.binding import CertifiedKernel
 from kcert.guard.check import Mismatch
+from kcert.guard.errors import GuardError
 from kcert.guard.guard import Guard, GuardStats
 from kcert.guard.latency import BOUNDS_US, LatencyHistogram
 from kcert.guard.report import HttpReporter, ListReporter, ObservationReport, Reporter

@@ -78,6 +78,7 @@ def to_host(value: Any) -> np.ndarray[Any, Any]:
         return host
     tensor = value.detach().cpu()
     if str(tensor.dtype) == "torch.bfloat16":
+        # lazy: ml_dtypes is needed only for the narrow float dtypes
         import ml_dtypes
         import torch
 

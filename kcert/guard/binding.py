@@ -46,6 +46,7 @@ from kcert.attest.certificate import (
 )
 from kcert.attest.dsse import Envelope
 from kcert.attest.keys import load_public_key, trust_map
+from kcert.certify.errors import SpecError
 from kcert.certify.probes import domain_ends
 from kcert.certify.spec import (
     FLOAT_DTYPES,
@@ -55,23 +56,16 @@ from kcert.certify.spec import (
     KernelSpec,
     Launch,
     ScalarArg,
-    SpecError,
     ValueDomain,
     load_spec,
 )
-from kcert.errors import KcertError
 from kcert.guard import arrays
+from kcert.guard.errors import GuardError
 
 #: Launches kept per kernel, by dims: binding the spec's expressions on every call is slow.
 LAUNCH_CACHE = 256
 #: Maps a guarded callable's own arguments to the spec's argument names.
 Adapter = Callable[..., Mapping[str, Any]]
-
-
-class GuardError(KcertError):
-    """A guard cannot be set up: its certificate and spec do not fit together."""
-
-    kind = "guard"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kcert.attest.certificate import CertificateContents
 from kcert.attest.dsse import Envelope
-from kcert.certify.spec import BufferArg, Intent, KernelSpec
+from kcert.certify.spec import BufferArg, Intent, KernelSpec, load_spec
 from kcert.errors import KcertError
 from kcert.guard import arrays
 from kcert.guard.binding import Adapter, BoundCall, CertifiedKernel
@@ -121,8 +121,6 @@ class Guard:
             options["adapter"] = kernel
             kernel = None
         if kernel is not None and not isinstance(spec, KernelSpec):
-            from kcert.certify.spec import load_spec
-
             spec = load_spec(Path(spec)).kernel(kernel)
         return cls(CertifiedKernel.load(certificate, spec, key=key), **options)
 

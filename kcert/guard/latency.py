@@ -78,11 +78,13 @@ class _Events:
     def __init__(self, library: str) -> None:
         self.library = library
         if library == "torch":
+            # lazy: torch is heavy and optional; only this path needs it
             import torch
 
             self.start: Any = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             self.end: Any = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         else:
+            # lazy: CuPy needs the CUDA stack; only a GPU path imports it
             import cupy
 
             self.start, self.end = cupy.cuda.Event(), cupy.cuda.Event()
@@ -97,6 +99,7 @@ class _Events:
     def microseconds(self) -> float:
         if self.library == "torch":
             return float(self.start.elapsed_time(self.end)) * 1000.0
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         import cupy
 
         return float(cupy.cuda.get_elapsed_time(self.start, self.end)) * 1000.0

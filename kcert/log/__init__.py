@@ -7,7 +7,7 @@
   the log's Ed25519 key file.
 - :mod:`kcert.log.leaf`: the bytes of a leaf and the checks an auditor makes.
 - :mod:`kcert.log.monitor`: auditing a log with nothing but its public key.
-- :mod:`kcert.log.replay`: re-deciding logged decisions; comparing anchors.
+- re-deciding logged decisions lives in :mod:`kcert.registry.replay`, beside the policy.
 - :mod:`kcert.log.source`: reading a log over HTTP.
 
 The registry stores the tree (:mod:`kcert.registry.audit`); the API serves it

@@ -45,3 +45,66 @@ class LogKeyError(LogError):
     """The log's signing key cannot be read, made or trusted."""
 
     kind = "log-key"
+
+
+class LogSourceError(LogError):
+    """The log cannot be read at all (unreachable, or not a kcert log)."""
+
+    kind = "log-unreachable"
+
+
+class WitnessError(LogError):
+    """A refused submission; ``status`` is the HTTP status the spec assigns."""
+
+    kind = "witness-refused"
+    status = 400
+
+
+class BadSubmission(WitnessError):
+    kind = "witness-bad-submission"
+    status = 400
+
+
+class UnauthenticatedCheckpoint(WitnessError):
+    kind = "witness-unauthenticated"
+    status = 403
+
+
+class UnknownLog(WitnessError):
+    kind = "witness-unknown-log"
+    status = 404
+
+
+class StaleOldSize(WitnessError):
+    """The old size is not the witness's latest; ``size`` is what it holds."""
+
+    kind = "witness-stale-size"
+
+    status = 409
+
+    def __init__(self, message: str, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+
+class InconsistentCheckpoint(WitnessError):
+    kind = "witness-inconsistent-proof"
+    status = 422
+
+
+class WitnessSubmitError(LogError):
+    """A witness did not cosign (unreachable, refused, or answered garbage)."""
+
+    kind = "witness-unavailable"
+
+
+class WitnessSawOtherTree(WitnessSubmitError):
+    """A witness *claims* a tree of this log that the new checkpoint does not extend.
+
+    A claim, not proof: a bare ``409``/``422`` carries no signature, so anyone
+    on the path (or the witness itself) can send one. The log asks the witness
+    for the checkpoint it holds (:func:`kcert.log.witness_client.held_checkpoint`)
+    and treats only one signed by the log's own key as evidence.
+    """
+
+    kind = "witness-inconsistent"

@@ -2,7 +2,7 @@
 
 :class:`LogSource` is what the auditing code needs and nothing more; the
 registry offers a database-backed one for the embedded registry
-(:class:`kcert.registry.audit.DatabaseLogSource`), this module the HTTP one.
+(:class:`kcert.registry.log_source.DatabaseLogSource`), this module the HTTP one.
 Nothing a source returns is trusted: the auditor checks it all against a
 checkpoint signed by the pinned key.
 """
@@ -15,13 +15,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from kcert.log.errors import LogError, LogRangeError
-
-
-class LogSourceError(LogError):
-    """The log cannot be read at all (unreachable, or not a kcert log)."""
-
-    kind = "log-unreachable"
+from kcert.log.errors import LogRangeError, LogSourceError
 
 
 class LogSource(Protocol):

@@ -42,7 +42,16 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kcert.log.cosignature import Cosigner, add_signature_lines
-from kcert.log.errors import LogError, NoteError, ProofError
+from kcert.log.errors import (
+    BadSubmission,
+    InconsistentCheckpoint,
+    LogError,
+    NoteError,
+    ProofError,
+    StaleOldSize,
+    UnauthenticatedCheckpoint,
+    UnknownLog,
+)
 from kcert.log.merkle import EMPTY_ROOT, HASH_SIZE
 from kcert.log.note import Checkpoint, Verifier, split_note
 from kcert.log.proofs import verify_consistency
@@ -52,39 +61,6 @@ MAX_PROOF_LINES = 63
 #: A request larger than this is not a checkpoint submission.
 MAX_BODY_BYTES = 64 * 1024
 _OLD = re.compile(r"^old (0|[1-9][0-9]{0,19})$")
-
-
-class WitnessError(LogError):
-    """A refused submission; ``status`` is the HTTP status the spec assigns."""
-
-    kind = "witness-refused"
-    status = 400
-
-
-class BadSubmission(WitnessError):
-    status = 400
-
-
-class UnauthenticatedCheckpoint(WitnessError):
-    status = 403
-
-
-class UnknownLog(WitnessError):
-    status = 404
-
-
-class StaleOldSize(WitnessError):
-    """The old size is not the witness's latest; ``size`` is what it holds."""
-
-    status = 409
-
-    def __init__(self, message: str, size: int) -> None:
-        super().__init__(message)
-        self.size = size
-
-
-class InconsistentCheckpoint(WitnessError):
-    status = 422
 
 
 @dataclass(frozen=True, slots=True)

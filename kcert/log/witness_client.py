@@ -20,29 +20,11 @@ from dataclasses import dataclass
 import httpx
 
 from kcert.log.cosignature import CosignerKey, add_signature_lines
-from kcert.log.errors import LogError
+from kcert.log.errors import LogError, WitnessSawOtherTree, WitnessSubmitError
 from kcert.log.note import Checkpoint
 from kcert.log.witness import SIZE_MEDIA_TYPE, AddCheckpoint, origin_hash
 
 _SIZE_BODY = re.compile(r"^(0|[1-9][0-9]{0,19})\n$")
-
-
-class WitnessSubmitError(LogError):
-    """A witness did not cosign (unreachable, refused, or answered garbage)."""
-
-    kind = "witness-unavailable"
-
-
-class WitnessSawOtherTree(WitnessSubmitError):
-    """A witness *claims* a tree of this log that the new checkpoint does not extend.
-
-    A claim, not proof: a bare ``409``/``422`` carries no signature, so anyone
-    on the path (or the witness itself) can send one. The log asks the witness
-    for the checkpoint it holds (:func:`held_checkpoint`) and treats only one
-    signed by the log's own key as evidence.
-    """
-
-    kind = "witness-inconsistent"
 
 
 @dataclass(frozen=True, slots=True)

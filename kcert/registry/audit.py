@@ -35,16 +35,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, TextClause, insert, select, text, update
+from sqlalchemy import Connection, TextClause, insert, select, text, update
 from sqlalchemy.orm import Session
 
-from kcert.errors import KcertError
 from kcert.log import merkle
 from kcert.log.errors import LogError, LogRangeError
 from kcert.log.leaf import build_leaf
 from kcert.log.merkle import CompactRange, NodeKey
 from kcert.log.note import Checkpoint, Signer, load_or_create_signer
-from kcert.registry.db import read_session
 from kcert.registry.log_models import LOG_STATE_ID, LogEntry, LogNode, LogState
 
 #: The most entries one call to :func:`read_entries` returns.
@@ -245,78 +243,3 @@ def signed_checkpoint(session: Session, signer: Signer) -> str:
 def log_signer(home: Path, origin: str | None = None) -> Signer:
     """The registry's log key, ``<home>/log-key.pem``, made (mode 600) on first use."""
     return load_or_create_signer(home / LOG_KEY_FILE, origin)
-
-
-class DatabaseLogSource:
-    """A :class:`kcert.log.source.LogSource` over a registry database (the embedded registry).
-
-    It goes through the same functions as the public routes, so auditing the
-    embedded registry checks exactly what a remote auditor would be served.
-    """
-
-    def __init__(
-        self, engine: Engine, home: Path, *, label: str | None = None, guard: Any = None
-    ) -> None:
-        self._engine = engine
-        self._home = home
-        self.label = label or f"embedded registry {engine.url.render_as_string(hide_password=True)}"
-        #: A :class:`kcert.registry.checkpoints.CheckpointGuard`; one without witnesses if none.
-        self._guard = guard
-
-    def _session(self) -> Session:
-        return read_session(self._engine)
-
-    def checkpoint(self) -> str:
-        """The current checkpoint, signed only if it extends the last one signed (the guard)."""
-        if self._guard is None:
-            from kcert.registry.checkpoints import CheckpointGuard
-
-            self._guard = CheckpointGuard(self._home, log_signer(self._home))
-        with self._session() as session:
-            note: str = self._guard.sign(session)
-            return note
-
-    def last_signed(self) -> str | None:
-        """The last checkpoint this registry signed (its file, verified), or ``None``."""
-        from kcert.registry.checkpoints import CheckpointGuard
-
-        try:
-            last = CheckpointGuard(self._home, log_signer(self._home)).last()
-        except LogError:
-            return None
-        return last[1] if last else None
-
-    def verifier_key(self) -> str:
-        return log_signer(self._home).verifier.vkey()
-
-    def entries(self, start: int, end: int) -> list[tuple[int, bytes]]:
-        with self._session() as session:
-            return [(r.index, r.leaf) for r in read_entries(session, start, end)]
-
-    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
-        with self._session() as session:
-            return inclusion_proof(session, index, size)
-
-    def consistency_proof(self, first: int, second: int) -> list[bytes]:
-        with self._session() as session:
-            return consistency_proof(session, first, second)
-
-    def mismatch_evidence(self, mismatch_id: int) -> dict[str, Any] | None:
-        """A runtime mismatch's evidence, as ``GET .../mismatches/{id}/evidence`` serves it."""
-        from kcert.registry.observations import get_evidence
-
-        with read_session(self._engine) as session:
-            try:
-                return get_evidence(session=session, mismatch_id=int(mismatch_id))
-            except KcertError:
-                return None
-
-    def certificate_envelope(self, certificate: str) -> dict[str, Any] | None:
-        """The stored envelope of ``certificate``, or ``None`` when there is none."""
-        from kcert.registry.certificates import get_envelope
-
-        with read_session(self._engine) as session:
-            try:
-                return get_envelope(session=session, certificate=certificate)
-            except KcertError:  # not found, or not a certificate id at all
-                return None

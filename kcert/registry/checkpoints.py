@@ -44,21 +44,22 @@ from sqlalchemy.orm import Session
 from kcert.errors import KcertError
 from kcert.log import merkle
 from kcert.log.cosignature import CosignerKey
-from kcert.log.errors import LogError, NoteError, ProofError, SignatureError
+from kcert.log.errors import (
+    LogError,
+    NoteError,
+    ProofError,
+    SignatureError,
+    WitnessSawOtherTree,
+    WitnessSubmitError,
+)
 from kcert.log.merkle import CompactRange, leaf_hash
 from kcert.log.note import Checkpoint, Signer, open_checkpoint
 from kcert.log.proofs import verify_consistency
-from kcert.log.witness_client import (
-    WitnessEndpoint,
-    WitnessSawOtherTree,
-    WitnessSubmitError,
-    held_checkpoint,
-    submit,
-    with_cosignature,
-)
+from kcert.log.witness_client import WitnessEndpoint, held_checkpoint, submit, with_cosignature
 from kcert.registry import audit
 from kcert.registry.config import WitnessConfig
 from kcert.registry.db import read_session
+from kcert.registry.errors import LogInconsistent
 
 #: The last signed checkpoint, beside the log key in ``KCERT_HOME``.
 CHECKPOINT_FILE = "log-checkpoint"
@@ -72,12 +73,6 @@ WITNESS_REFRESH_S = 60.0
 FULL_REHASH_S = 300.0
 
 log = logging.getLogger("kcert.log")
-
-
-class LogInconsistent(LogError):
-    """The database's tree does not extend the last checkpoint this log signed (HTTP 503)."""
-
-    kind = "log-inconsistent"
 
 
 def witness_endpoints(configs: Sequence[WitnessConfig]) -> list[WitnessEndpoint]:

@@ -83,8 +83,10 @@ class EmbeddedRegistry:
 
     def _log_unhealthy(self, session: Session) -> str | None:
         """Why the log does not extend its last signed checkpoint, if it has one and does not."""
+        # lazy: kcert.registry.checkpoints imports this module back (a cycle inside the package)
         from kcert.registry.audit import log_signer
-        from kcert.registry.checkpoints import CHECKPOINT_FILE, CheckpointGuard, LogInconsistent
+        from kcert.registry.checkpoints import CHECKPOINT_FILE, CheckpointGuard
+        from kcert.registry.errors import LogInconsistent
 
         if not (self.home / CHECKPOINT_FILE).exists():
             return None  # nothing signed yet here: nothing to hold the database to

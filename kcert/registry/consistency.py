@@ -51,7 +51,7 @@ from kcert.log.merkle import MemoryTree
 from kcert.log.monitor import prove_leaves
 from kcert.log.note import Checkpoint, Signer, Verifier, open_checkpoint
 from kcert.registry import audit
-from kcert.registry.errors import RegistryError
+from kcert.registry.errors import LogUnexplained
 from kcert.registry.history import (
     FingerprintOf,
     HistoryReplay,
@@ -79,12 +79,6 @@ _PAGE = 1000
 _certificate = Certificate.__table__  # type: ignore[attr-defined]
 _entry = LogEntry.__table__  # type: ignore[attr-defined]
 _alias = CertificateAlias.__table__  # type: ignore[attr-defined]
-
-
-class LogUnexplained(RegistryError):
-    """The log cannot be folded at all (a leaf is missing or unreadable)."""
-
-    kind = "log-unexplained"
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,8 +41,6 @@ current when they start.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -183,12 +181,6 @@ def write_session(engine: Engine) -> Session:
 def read_session(engine: Engine) -> Session:
     """A session for reads only; on SQLite it never waits for the write lock."""
     return Session(read_only(engine), expire_on_commit=False)
-
-
-@contextmanager
-def session_scope(engine: Engine) -> Iterator[Session]:
-    with write_session(engine) as session:
-        yield session
 
 
 def alembic_config(url: str | None = None) -> Config:

@@ -275,6 +275,7 @@ def promote(
     )  # fmt: skip
     if replaces is not None and str(replaces) == kernel_id:
         raise InvalidInput("a kernel does not replace itself (--replaces)")
+    # lazy: perf loads the latency tables' queries, which only a promotion needs
     from kcert.registry.perf import implied_replaces, latency_inputs
 
     # Without --replaces the target's active kernel of that name is the yardstick, so a

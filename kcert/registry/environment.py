@@ -19,6 +19,7 @@ from kcert.registry.models import Certificate
 
 def target_fingerprint(environment: Mapping[str, Any], drift_fields: Sequence[str] | None) -> str:
     """``sha256:`` of ``environment`` over ``drift_fields`` (default: the standard set)."""
+    # lazy: kcert.certify.environment (GPU probing) stays out of the server's imports
     from kcert.certify.environment import fingerprint
 
     try:
@@ -51,6 +52,7 @@ def normalized_drift_fields(names: Sequence[str] | None) -> list[str] | None:
     """Drift fields checked and sorted (so order never counts as a change); ``None`` = default."""
     if not names:
         return None
+    # lazy: kcert.certify.environment (GPU probing) stays out of the server's imports
     from kcert.certify.environment import check_drift_fields
 
     try:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kcert.errors import KcertError
+from kcert.log.errors import LogError
 
 
 class RegistryError(KcertError):
@@ -104,3 +105,24 @@ class RegistryUnavailable(RegistryError):
     """The database or a remote registry cannot be reached or used."""
 
     kind = "registry-unavailable"
+
+
+class ReplayError(LogError):
+    """An entry that cannot be replayed (not a decision, or its inputs are unreadable).
+
+    A log error (what ``kcert audit`` reports it as), raised by the registry's replay.
+    """
+
+    kind = "log-replay"
+
+
+class LogInconsistent(LogError):
+    """The database's tree does not extend the last checkpoint this log signed (HTTP 503)."""
+
+    kind = "log-inconsistent"
+
+
+class LogUnexplained(RegistryError):
+    """The log cannot be folded at all (a leaf is missing or unreadable)."""
+
+    kind = "log-unexplained"

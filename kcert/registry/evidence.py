@@ -25,7 +25,11 @@ from typing import Any
 import numpy as np
 
 from kcert.certify.anchors import anchor
+from kcert.certify.executors.base import host_dtype
+from kcert.certify.reference import Reference
+from kcert.certify.spec import Intent
 from kcert.digest import Digest
+from kcert.guard.check import measure
 from kcert.registry.errors import InvalidInput, TooLarge
 from kcert.registry.observation_models import EvidenceArray, MismatchReport
 
@@ -176,11 +180,6 @@ def recheck(
     tolerance and comparison) and held against the recorded ``max_error`` and
     ``max_ratio``.
     """
-    from kcert.certify.executors.base import host_dtype
-    from kcert.certify.reference import Reference
-    from kcert.certify.spec import Intent
-    from kcert.guard.check import measure
-
     dims = {str(k): int(v) for k, v in mismatch.get("dims", {}).items()}
     launch = kernel.bind(dims)
     wanted = [b.name for b in kernel.buffers if b.intent is not Intent.OUT]

@@ -36,14 +36,17 @@ not in the log. Leaves of kinds this module does not know change nothing here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kcert.attest.certificate import inspect_envelope, parse_envelope
 from kcert.digest import canonical_json
 from kcert.errors import KcertError
 from kcert.log.leaf import Leaf, LeafError, parse_leaf
 from kcert.registry import audit
+from kcert.registry.environment import fingerprint_over
 from kcert.registry.policy import POLICY_VERSION, Candidate, PromotionInputs, decide_promotion
 from kcert.registry.runtime_policy import MismatchInputs, decide_mismatch
 
@@ -55,11 +58,6 @@ def envelope_fingerprints(read: Callable[[str], bytes | None]) -> FingerprintOf:
     """A ``FingerprintOf`` over signed envelopes: ``read(cid)`` gives the envelope's bytes
     (or None). An envelope that does not parse, or whose id is not ``cid``, gives None.
     Cached by certificate only: drift fields come as a list, which cannot be a key."""
-    import functools
-
-    from kcert.attest.certificate import inspect_envelope, parse_envelope
-    from kcert.registry.environment import fingerprint_over
-
     @functools.lru_cache(maxsize=4096)
     def environment(cid: str) -> tuple[str, dict[str, Any]] | None:
         data = read(cid)

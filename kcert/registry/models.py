@@ -143,14 +143,6 @@ class TrustedKeyPublic(TrustedKeyBase):
     revoke_reason: str | None = None
 
 
-class KeyRevoke(SQLModel):
-    model_config = REQUEST_CONFIG
-
-    reason: str = Field(
-        default="revoked", min_length=1, max_length=2000, schema_extra={"pattern": TEXT_PATTERN}
-    )
-
-
 # --- certificates -------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from sqlmodel import Session, col, select
 
 from kcert.digest import Digest
 from kcert.registry.errors import InvalidInput, NotFound
-from kcert.registry.models import Certificate, Promotion, PromotionStatus, Target
+from kcert.registry.models import Certificate, Promotion, PromotionStatus, Target, utcnow
 from kcert.registry.observation_models import (
     LatencyHistogramRow,
     LatencySample,
@@ -55,7 +55,6 @@ def ingest_samples(*, session: Session, ingest: PerfIngest) -> PerfIngested:
     if known is not None:
         return PerfIngested(kernel=kernel, target=ingest.target, stored=0, duplicate=True,
                             batch=batch)  # fmt: skip
-    from kcert.registry.models import utcnow
 
     now = utcnow()
     session.connection().execute(insert(_sample), [

@@ -86,6 +86,7 @@ def open_registry(settings: Settings, url: str | None = None) -> Registry:
     if target:
         token = settings.token.get_secret_value() if settings.token else None
         return RemoteRegistry(target, token=token)
+    # lazy: kcert.registry.client imports this module back; only an embedded registry needs it
     from kcert.registry.client import EmbeddedRegistry
 
     return EmbeddedRegistry(settings)
@@ -107,6 +108,7 @@ class RemoteRegistry:
         self.client.close()
 
     def push(self, envelope: Envelope) -> CertificateStored:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.models import CertificateStored
 
         return self._call("POST", "/v1/certificates", CertificateStored, json=envelope.to_json())
@@ -118,6 +120,7 @@ class RemoteRegistry:
     def promote(
         self, kernel: Digest, target: str, replaces: Digest | None = None
     ) -> PromotionPublic:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.models import PromotionPublic
 
         body = {"kernel": str(kernel), "target": target}
@@ -126,28 +129,33 @@ class RemoteRegistry:
         return self._call("POST", "/v1/promotions", PromotionPublic, json=body)
 
     def report_target(self, name: str, report: TargetCreate) -> TargetReported:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.models import TargetReported
 
         body = report.model_dump(exclude_none=True)
         return self._call("PUT", f"/v1/targets/{name}", TargetReported, json=body)
 
     def get_target(self, name: str) -> TargetPublic:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.models import TargetPublic
 
         return self._call("GET", f"/v1/targets/{name}", TargetPublic)
 
     def revoke_certificate(self, certificate: str, reason: str) -> CertificatePublic:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.models import CertificatePublic
 
         path = f"/v1/certificates/{certificate}/revoke"
         return self._call("POST", path, CertificatePublic, json={"reason": reason})
 
     def trust_key(self, key: TrustedKeyCreate) -> TrustedKeyPublic:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.models import TrustedKeyPublic
 
         return self._call("POST", "/v1/keys", TrustedKeyPublic, json=key.model_dump())
 
     def revoke_key(self, keyid: str, reason: str) -> TrustedKeyPublic:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.models import TrustedKeyPublic
 
         return self._call(
@@ -155,29 +163,34 @@ class RemoteRegistry:
         )
 
     def create_token(self, request: ApiTokenCreate) -> ApiTokenCreated:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.models import ApiTokenCreated
 
         body = request.model_dump(mode="json", exclude_none=True)
         return self._call("POST", "/v1/tokens", ApiTokenCreated, json=body)
 
     def revoke_token(self, token_id: str) -> ApiTokenPublic:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.models import ApiTokenPublic
 
         return self._call("DELETE", f"/v1/tokens/{token_id}", ApiTokenPublic)
 
     def set_target_policy(self, name: str, update: TargetPolicyUpdate) -> TargetPolicyPublic:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.observation_models import TargetPolicyPublic
 
         body = update.model_dump(mode="json")
         return self._call("PUT", f"/v1/targets/{name}/policy", TargetPolicyPublic, json=body)
 
     def ingest_perf(self, ingest: PerfIngest) -> PerfIngested:
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.observation_models import PerfIngested
 
         return self._call("POST", "/v1/perf", PerfIngested, json=ingest.model_dump(mode="json"))
 
     def compare_perf(self, *, target: str, before: Digest, after: Digest, seed: int,
                      resamples: int) -> PerfComparison:  # fmt: skip
+        # lazy: the remote client never loads the database models (SQLModel, SQLAlchemy)
         from kcert.registry.perf import PerfComparison
 
         params: dict[str, Any] = {"target": target, "before": str(before), "after": str(after),

@@ -168,6 +168,7 @@ def target_reported(
 
 
 def _public_fields(session: Session, target: Target) -> dict[str, Any]:
+    # lazy: kcert.certify.environment (GPU probing) stays out of the server's imports
     from kcert.certify.environment import default_drift_fields
 
     history = session.exec(

@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from kcert.attest.certificate import sign_report
+from kcert.attest.certificate import certificate_id, sign_report
 from kcert.attest.dsse import Envelope
 from kcert.certify.environment import fingerprint
 from kcert.certify.report import (
@@ -36,7 +36,7 @@ from kcert.certify.report import (
     TimingReport,
 )
 from kcert.digest import Digest
-from kcert.registry.db import make_engine, migrate
+from kcert.registry.db import dispose_engines, make_engine, migrate
 
 POSTGRES_URL_ENV = "KCERT_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -163,8 +163,6 @@ def make_certificate(
 
     ``sandbox`` and ``module_code`` as in :func:`make_report`.
     """
-    from kcert.attest.certificate import certificate_id
-
     source = source if source is not None else f"kernel {secrets.token_hex(8)}"
     environment = environment if environment is not None else gpu_environment()
     report = make_report(
@@ -254,8 +252,6 @@ class PostgresTemplate:
         try:
             yield self.url(name)
         finally:
-            from kcert.registry.db import dispose_engines
-
             dispose_engines()
             self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -275,8 +271,6 @@ def postgres_database(server_url: str | None = None) -> Iterator[str]:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
         yield base.set(database=name).render_as_string(hide_password=False)
     finally:
-        from kcert.registry.db import dispose_engines
-
         dispose_engines()
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -25,8 +25,9 @@ from kcert.log.witness import SIZE_MEDIA_TYPE, AddCheckpoint, Witness, WitnessSt
 from kcert.log.witness_client import WitnessEndpoint
 from kcert.registry import audit
 from kcert.registry.audit import log_signer
-from kcert.registry.checkpoints import CheckpointGuard, LogInconsistent
+from kcert.registry.checkpoints import CheckpointGuard
 from kcert.registry.db import read_session, write_session
+from kcert.registry.errors import LogInconsistent
 
 
 def _grow(engine: Engine, n: int, tag: str = "e") -> None:

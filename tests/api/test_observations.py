@@ -262,11 +262,11 @@ def test_the_log_explains_the_suspension(
     client: TestClient, admin: dict[str, str], signing_key: Ed25519PrivateKey, engine: Any
 ) -> None:
     from kcert.log.leaf import parse_leaf
-    from kcert.log.replay import replay_decision
     from kcert.registry.audit import read_entries
     from kcert.registry.consistency import check_state
     from kcert.registry.db import read_session
     from kcert.registry.history import replay_history
+    from kcert.registry.replay import replay_decision
 
     cert = _setup(client, admin, signing_key)
     guard = _token(client, admin, "observations:write")

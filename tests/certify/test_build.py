@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from kcert.certify.build import (
-    ArchError,
     Build,
     BuildError,
     arch_for_hw,
@@ -19,8 +18,9 @@ from kcert.certify.build import (
     ptx_entries,
     ptx_param_sizes,
 )
+from kcert.certify.errors import ArchError, SpecError
 from kcert.certify.report import Resources
-from kcert.certify.spec import KernelSpec, SpecError, load_spec
+from kcert.certify.spec import KernelSpec, load_spec
 from kcert.digest import Digest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -21,11 +21,12 @@ from kcert.certify.conditions import (
     guard_fill,
     out_fills,
 )  # fmt: skip
+from kcert.certify.errors import SpecError
 from kcert.certify.executors.base import host_dtype
 from kcert.certify.pipeline import CertifyOptions, certify
 from kcert.certify.report import CertificationReport, Status, Verdict
 from kcert.certify.sizes import MODULI, drawn_sizes
-from kcert.certify.spec import SpecError, load_spec, parse_spec
+from kcert.certify.spec import load_spec, parse_spec
 from kcert.certify.tolerance import float_info
 
 SPEC = Path(__file__).resolve().parents[1] / "assets" / "conditions" / "kcert.toml"

@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 
 from kcert.certify import environment as envmod
-from kcert.certify.environment import (
-    DeviceDescription,
-    DriftFieldError,
-    HardwareMismatch,
-    check_hw_class,
-    fingerprint,
-)
+from kcert.certify.environment import DeviceDescription, check_hw_class, fingerprint
+from kcert.certify.errors import DriftFieldError, HardwareMismatch
 from kcert.digest import canonical_json
 
 H100_ENV: dict[str, Any] = {

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcert.certify.expr import MAX_DEPTH, MAX_LENGTH, MAX_MAGNITUDE, ExprError, parse_expr
+from kcert.certify.errors import ExprError
+from kcert.certify.expr import MAX_DEPTH, MAX_LENGTH, MAX_MAGNITUDE, parse_expr
 from kcert.errors import KcertError
 
 ENV = {"n": 1000, "m": 33, "k": 1, "BLOCK": 256, "x_1": -7}

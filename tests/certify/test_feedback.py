@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from kcert.certify.entry import check_entry
+from kcert.certify.errors import SpecError
 from kcert.certify.feedback import compiler_error
-from kcert.certify.spec import SpecError, load_spec
+from kcert.certify.spec import load_spec
 
 TRITON = b'''import triton
 import triton.language as tl

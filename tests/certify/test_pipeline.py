@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
+from kcert.certify.errors import ReferenceFailure
 from kcert.certify.pipeline import CertifyOptions, certify
-from kcert.certify.reference import ReferenceFailure
 from kcert.certify.report import CHECK_NAMES, CertificationReport, Status, Verdict
 from kcert.certify.spec import KernelSpec, load_spec
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kcert.certify.errors import SpecError
 from kcert.certify.probes import (
     SEED_BITS,
     derive_seed,
@@ -16,7 +17,7 @@ from kcert.certify.probes import (
     make_inputs,
     make_probe,
 )  # fmt: skip
-from kcert.certify.spec import KernelSpec, SpecError, parse_spec
+from kcert.certify.spec import KernelSpec, parse_spec
 
 
 def make_kernel(tmp_path: Path, args: dict[str, str], dims: dict[str, list[int]],

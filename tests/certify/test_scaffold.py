@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from kcert.certify.scaffold import ScaffoldError, scaffold
-from kcert.certify.spec import PLACEHOLDER, SpecError, load_spec
+from kcert.certify.errors import ScaffoldError, SpecError
+from kcert.certify.scaffold import scaffold
+from kcert.certify.spec import PLACEHOLDER, load_spec
 
 SAXPY = """
 // A comment that mentions __global__ void decoy(int* p) must not count.

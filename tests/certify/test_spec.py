@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kcert.certify.errors import SpecError
 from kcert.certify.spec import (
     DTYPES,
     PLACEHOLDER,
@@ -23,7 +24,6 @@ from kcert.certify.spec import (
     ConstArg,
     Intent,
     ScalarArg,
-    SpecError,
     find_spec,
     load_spec,
     parse_spec,

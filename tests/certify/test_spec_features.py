@@ -267,7 +267,7 @@ def test_a_reference_that_answers_in_bfloat16(kernels: dict[str, KernelSpec]) ->
 
 def test_a_float_in_an_integer_const_is_named_as_the_cause(tmp_path: Path) -> None:
     """``const = 1e-6`` fails at every dim, so no launch is valid: the error says why."""
-    from kcert.certify.spec import SpecError
+    from kcert.certify.errors import SpecError
     from kcert.certify.triton_build import const_sets
 
     (tmp_path / "kernels.py").write_text(textwrap.dedent(KERNELS))

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kcert.certify.errors import SpecError
 from kcert.certify.pipeline import CertifyOptions, certify
 from kcert.certify.probes import domain_ends, fixed_probes, make_inputs, value_families
 from kcert.certify.report import Status, Verdict
-from kcert.certify.spec import KernelSpec, SpecError, ValueDomain, load_spec, parse_spec
+from kcert.certify.spec import KernelSpec, ValueDomain, load_spec, parse_spec
 
 SPEC = Path(__file__).resolve().parents[1] / "assets" / "values" / "kcert.toml"
 

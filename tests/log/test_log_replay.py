@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from kcert.log.leaf import build_leaf, parse_leaf
-from kcert.log.replay import ReplayError, compare_anchors, replay_decision
+from kcert.registry.errors import ReplayError
 from kcert.registry.policy import POLICY_VERSION, Candidate, PromotionInputs, decide_promotion
+from kcert.registry.replay import compare_anchors, replay_decision
 
 FP = "sha256:" + "f" * 64
 

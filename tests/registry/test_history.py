@@ -13,7 +13,6 @@ from sqlmodel import select
 from kcert.attest.keys import public_key_hex
 from kcert.digest import Digest
 from kcert.log.leaf import LeafError, build_leaf, parse_leaf
-from kcert.log.replay import replay_decision
 from kcert.registry import audit
 from kcert.registry.client import EmbeddedRegistry
 from kcert.registry.config import Settings
@@ -24,6 +23,7 @@ from kcert.registry.history import replay_history
 from kcert.registry.log_models import LogEntry
 from kcert.registry.models import Target, TargetCreate, TrustedKeyCreate
 from kcert.registry.policy import Candidate, PromotionInputs, decide_promotion
+from kcert.registry.replay import replay_decision
 from kcert.registry.testing import gpu_environment, make_certificate
 
 

@@ -34,6 +34,7 @@ from kcert.registry.config import Settings
 from kcert.registry.consistency import Commitments, StateCheck, check_state
 from kcert.registry.db import dispose_engines, read_session, write_session
 from kcert.registry.history import replay_history
+from kcert.registry.log_source import DatabaseLogSource
 from kcert.registry.models import ApiTokenCreate, Scope, TargetCreate, TrustedKeyCreate
 from kcert.registry.testing import MadeCertificate, gpu_environment, make_certificate
 from kcert.registry.tokens import create_token, revoke_token
@@ -145,7 +146,7 @@ def test_an_untouched_log_is_proved_against_every_checkpoint_it_has(h: Home) -> 
     h.registry.report_target("prod", TargetCreate(hw_class="H100", environment=gpu_environment()))
     h.registry.promote(Digest.parse(h.cert.kernel), "prod")
     size = len(_leaves(h.engine))
-    (h.home / "log-checkpoint").write_text(audit.DatabaseLogSource(h.engine, h.home).checkpoint())
+    (h.home / "log-checkpoint").write_text(DatabaseLogSource(h.engine, h.home).checkpoint())
     h.registry.revoke_certificate(h.cert.id, "bad")  # the log grows past the file
     state = _audit("state", "--database", h.url, "--json")
     assert state.exit_code == 0, state.output

@@ -22,8 +22,6 @@ from kcert.attest.keys import generate_private_key, key_id, public_key_hex
 from kcert.certify.environment import fingerprint
 from kcert.digest import Digest, canonical_json
 from kcert.log.leaf import parse_leaf
-from kcert.log.replay import check_candidates, replay_decision
-from kcert.registry.audit import DatabaseLogSource
 from kcert.registry.certificates import get_certificate, get_envelope
 from kcert.registry.db import (
     ALEMBIC_DIR,
@@ -35,6 +33,7 @@ from kcert.registry.db import (
 )
 from kcert.registry.decisions import gate, promote
 from kcert.registry.keys import trust_key
+from kcert.registry.log_source import DatabaseLogSource
 from kcert.registry.models import (
     Certificate,
     CertificateAlias,
@@ -44,6 +43,7 @@ from kcert.registry.models import (
     TargetCreate,
     TrustedKeyCreate,
 )
+from kcert.registry.replay import check_candidates, replay_decision
 from kcert.registry.targets import report_target
 from kcert.registry.testing import make_certificate, postgres_database, postgres_reachable
 

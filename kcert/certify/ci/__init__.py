@@ -28,6 +28,7 @@ class OutputFormat(Protocol):
 @dataclass(frozen=True, slots=True)
 class _JUnit:
     def render(self, outcomes: Sequence[KernelOutcome], *, command: str, base: Path) -> bytes:
+        # lazy: a format loads only when it is written (and it imports this package back)
         from kcert.certify.ci import junit
 
         return junit.render(outcomes, command=command)
@@ -36,6 +37,7 @@ class _JUnit:
 @dataclass(frozen=True, slots=True)
 class _Sarif:
     def render(self, outcomes: Sequence[KernelOutcome], *, command: str, base: Path) -> bytes:
+        # lazy: a format loads only when it is written (and it imports this package back)
         from kcert.certify.ci import sarif
 
         return sarif.render(outcomes, command=command, base=base)

@@ -29,8 +29,7 @@ import numpy as np
 
 from kcert.certify.execution import RunStatus
 from kcert.certify.sources import SourceFile
-from kcert.certify.spec import KernelSpec, Launch
-from kcert.errors import KcertError
+from kcert.certify.spec import ConstArg, KernelSpec, Launch, NoneArg, ScalarArg
 
 #: Every padded array starts at this alignment plus the job's address shift. A page,
 #: not the 256 bytes CUDA promises, so that the certifier's two runs differ in
@@ -43,33 +42,12 @@ BASE_ALIGN = 4096
 SHIFT_ALIGN = 16
 
 _MESSAGE_LIMIT = 4000
-_LINT_HINT = "'kcert lint' (build and artifact checks) still works without a GPU."
-
-
-class ExecutorUnavailable(KcertError):
-    """The executor cannot run on this machine (missing package or device)."""
-
-    kind = "environment"
-
-
-class NoDeviceError(ExecutorUnavailable):
-    """A GPU executor was asked for on a machine where no GPU is visible."""
-
-    def __init__(self, executor: str, detail: str) -> None:
-        self.executor, self.detail = executor, detail
-        super().__init__(self.diagnostics())
-
-    def diagnostics(self) -> str:
-        return (
-            f"executor '{self.executor}' needs an NVIDIA GPU, and none is usable here "
-            f"({self.detail}). {_LINT_HINT} Triton kernels can also be certified on the "
-            "CPU with --executor triton-interpreter."
-        )
 
 
 def host_dtype(dtype: str) -> np.dtype[Any]:
     """The NumPy dtype of a spec dtype (bf16 through ml_dtypes)."""
     if dtype == "bf16":
+        # lazy: ml_dtypes is needed only for the narrow float dtypes
         import ml_dtypes
 
         bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
@@ -179,7 +157,6 @@ class Executor(abc.ABC):
 def scalar_kwargs(kernel: KernelSpec, launch: Launch) -> Mapping[str, Any]:
     """Scalars and consts by name, as plain Python values of the declared kind; unused
     pointers (``none``) as ``None``."""
-    from kcert.certify.spec import ConstArg, NoneArg, ScalarArg
 
     values: dict[str, Any] = {}
     for arg in kernel.args:

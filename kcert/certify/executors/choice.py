@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from kcert.certify.errors import ExecutorUnavailable, NoDeviceError
 from kcert.certify.execution import EXECUTORS
-from kcert.certify.executors.base import ExecutorUnavailable, NoDeviceError
 from kcert.certify.spec import KernelSpec
 from kcert.errors import UsageError
 
@@ -18,10 +18,11 @@ from kcert.errors import UsageError
 def gpu_visible() -> tuple[bool, str]:
     """Whether CuPy sees a CUDA device here, and why not when it does not."""
     try:
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         import cupy
 
         count = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # no driver, no libcuda, no device: all mean "no GPU"
+    except (ImportError, OSError, RuntimeError) as exc:  # no driver, libcuda or device: no GPU
         return False, f"CUDA reports: {exc}".strip()
     if count < 1:
         return False, "CUDA sees no device"
@@ -34,6 +35,7 @@ def default_executor(kernel: KernelSpec) -> str:
         return "cuda"
     if not gpu_visible()[0] or importlib.util.find_spec("torch") is None:
         return "triton-interpreter"
+    # lazy: torch is heavy and optional; only this path needs it
     import torch  # only here: a GPU is visible, and only a CUDA build of torch can use it
 
     return "triton" if torch.version.cuda is not None else "triton-interpreter"
@@ -41,6 +43,7 @@ def default_executor(kernel: KernelSpec) -> str:
 
 def device_arch() -> str:
     """The ``sm_XX`` architecture of device 0."""
+    # lazy: CuPy needs the CUDA stack; only a GPU path imports it
     import cupy
 
     props = cupy.cuda.runtime.getDeviceProperties(0)

@@ -42,6 +42,7 @@ class CudaExecutor(Executor):
         self.function: Any = None
 
     def load(self, artifact: bytes | None) -> None:
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         import cupy
 
         if not artifact:
@@ -65,6 +66,7 @@ class CudaExecutor(Executor):
         shift: int | Sequence[int],
     ) -> tuple[list[Any], dict[str, Any]]:
         """Device copies of the padded arrays, and the data regions' pointers by name."""
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         import cupy
 
         padded, pointers = [], {}
@@ -93,6 +95,7 @@ class CudaExecutor(Executor):
         grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
         block = tuple(launch.block) + (1,) * (3 - len(launch.block))
         if launch.shared_mem > _DEFAULT_SHARED_LIMIT:
+            # lazy: CuPy needs the CUDA stack; only a GPU path imports it
             import cupy
 
             driver = cupy.cuda.driver
@@ -107,6 +110,7 @@ class CudaExecutor(Executor):
         self, launch: Launch, layouts: Sequence[BufferLayout], host: Sequence[np.ndarray],
         *, shift: int | Sequence[int], launches: int,
     ) -> list[np.ndarray]:  # fmt: skip
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         import cupy
 
         try:
@@ -135,6 +139,7 @@ class CudaExecutor(Executor):
         self, launch: Launch, layouts: Sequence[BufferLayout], host: Sequence[np.ndarray],
         *, baseline: Callable[..., Any] | None,
     ) -> DeviceRun:  # fmt: skip
+        # lazy: CuPy needs the CUDA stack; only a GPU path imports it
         import cupy
 
         padded, pointers = self._allocate(layouts, host, 0)
@@ -183,6 +188,7 @@ class CudaExecutor(Executor):
 
     def healthy(self) -> bool:
         try:
+            # lazy: CuPy needs the CUDA stack; only a GPU path imports it
             import cupy
 
             # a memset and a copy, no kernel: a JIT compile here would cost seconds
@@ -198,6 +204,7 @@ class CudaExecutor(Executor):
 
 def _scalar(dtype: str, value: float | int) -> Any:
     if dtype == "bf16":
+        # lazy: ml_dtypes is needed only for the narrow float dtypes
         import ml_dtypes
 
         # CuPy cannot pack a bfloat16 scalar; its two bytes go as a uint16 of the same bits

@@ -43,6 +43,7 @@ class TritonExecutor(Executor):
         self.fn: Any = None
 
     def load(self, artifact: bytes | None) -> None:
+        # lazy: torch is heavy and optional; only this path needs it
         import torch
         import triton  # noqa: F401  (imported before the kernel: its cost is not the kernel's)
 
@@ -67,6 +68,7 @@ class TritonExecutor(Executor):
         shift: int | Sequence[int],
     ) -> tuple[list[Any], dict[str, Any]]:
         """Device byte ranges holding the padded buffers, and the data views by name."""
+        # lazy: torch is heavy and optional; only this path needs it
         import torch
 
         from kcert.certify.executors.base import host_dtype
@@ -96,6 +98,7 @@ class TritonExecutor(Executor):
 
     def _synchronize(self) -> None:
         if not self.interpret:
+            # lazy: torch is heavy and optional; only this path needs it
             import torch
 
             torch.cuda.synchronize()
@@ -167,6 +170,7 @@ class TritonExecutor(Executor):
         if self.interpret:
             return True
         try:
+            # lazy: torch is heavy and optional; only this path needs it
             import torch
 
             torch.cuda.synchronize()
@@ -177,6 +181,7 @@ class TritonExecutor(Executor):
 
 
 def _torch_dtype(dtype: str) -> Any:
+    # lazy: torch is heavy and optional; only this path needs it
     import torch
 
     return {

@@ -1,7 +1,9 @@
 """Replaying logged decisions, and comparing a re-run's anchors with the recorded ones.
 
 A runtime mismatch (``observation.mismatch``) is re-decided the same way, by
-:func:`kcert.registry.runtime_policy.decide_mismatch`.
+:func:`kcert.registry.runtime_policy.decide_mismatch`. This module sits in the
+registry, beside the policies it runs again, so that :mod:`kcert.log` stays a
+library below the registry.
 
 A promotion leaf (``promotion.granted``, ``promotion.denied``,
 ``promotion.suspended``) carries ``{"inputs": PromotionInputs.to_json(),
@@ -24,20 +26,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kcert.attest.certificate import inspect_envelope, parse_envelope
 from kcert.digest import Digest, canonical_json
 from kcert.errors import KcertError
-from kcert.log.errors import LogError
 from kcert.log.leaf import Leaf
+from kcert.registry.errors import ReplayError
+from kcert.registry.policy import PromotionInputs, decide_promotion, records_sandbox
+from kcert.registry.runtime_policy import MismatchInputs, decide_mismatch
 
 DECISION_KINDS = ("promotion.granted", "promotion.denied", "promotion.suspended")
 #: A runtime mismatch records what it did (record or suspend) and the inputs of that.
 MISMATCH_KIND = "observation.mismatch"
-
-
-class ReplayError(LogError):
-    """An entry that cannot be replayed (not a decision, or its inputs are unreadable)."""
-
-    kind = "log-replay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +52,6 @@ class DecisionReplay:
 
 def replay_decision(leaf: Leaf) -> DecisionReplay:
     """Decide ``leaf``'s promotion again from its recorded inputs alone."""
-    from kcert.registry.policy import PromotionInputs, decide_promotion
-
     if leaf.kind == MISMATCH_KIND:
         return _replay_mismatch(leaf)
     if leaf.kind not in DECISION_KINDS:
@@ -81,8 +78,6 @@ def replay_decision(leaf: Leaf) -> DecisionReplay:
 
 def _replay_mismatch(leaf: Leaf) -> DecisionReplay:
     """Decide a runtime mismatch's action again (:mod:`kcert.registry.runtime_policy`)."""
-    from kcert.registry.runtime_policy import MismatchInputs, decide_mismatch
-
     inputs, recorded = leaf.payload.get("inputs"), leaf.payload.get("decision")
     if not isinstance(inputs, Mapping) or not isinstance(recorded, Mapping):
         raise ReplayError(f"entry {leaf.index} lacks its recorded inputs or decision")
@@ -122,9 +117,6 @@ EnvelopeFetcher = Callable[[str], "Mapping[str, Any] | None"]
 
 def check_candidates(leaf: Leaf, fetch: EnvelopeFetcher) -> list[ObjectCheck]:
     """Compare each recorded candidate with the certificate it names."""
-    from kcert.attest.certificate import inspect_envelope, parse_envelope
-    from kcert.registry.policy import records_sandbox
-
     inputs = leaf.payload.get("inputs")
     candidates = inputs.get("candidates", []) if isinstance(inputs, Mapping) else []
     checks: list[ObjectCheck] = []
