@@ -6,7 +6,9 @@ line or ``kcert_collect = true`` in the ini file (pytest.ini, or
 ``[tool.pytest.ini_options]``). Then each ``kcert.toml`` under the paths pytest
 collects gives one test per ``[[kernel]]``, marked ``kcert``. A failing kernel
 shows why: the failing checks with their messages, probes, smallest failing
-shapes and compiler log.
+shapes and compiler log. The kernel runs sandboxed; its reference is the
+user's own code and is imported and run in the pytest process (as ``kcert
+certify`` runs it in the certifier's), so ``--kcert`` is for trusted specs.
 
 Kernels that need a GPU are marked ``gpu`` and skipped with the reason when
 none is visible: CUDA C kernels, and Triton kernels unless they run on the

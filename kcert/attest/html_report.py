@@ -22,6 +22,11 @@ from typing import Any
 from kcert.attest.certificate import CertificateContents
 from kcert.attest.html_plots import ProfileError, decode, legend, matrix_plot, vector_plot
 
+#: Bins drawn per page. Each costs ~250 bytes of SVG for one character of certificate, and
+#: the schema bounds a profile, not how many a certificate holds: without a page budget a
+#: 3 MB certificate made a 490 MB page. Honest certificates stay far below (at most
+#: 1024 bins per probe, and a few dozen probes).
+MAX_DRAWN_BINS = 64 * 1024
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'"
 
 _CSS = """
@@ -189,8 +194,9 @@ def _probes(items: Sequence[Mapping[str, Any]]) -> str:
              "largest |got \u2212 reference| / allowed among them, on a log scale; above 1 (the "
              "dashed bound; red, \u2715) fails. Grey slivers are exact bins. Hover a bar or cell "
              "for its elements.</p>"]
+    budget = [MAX_DRAWN_BINS]
     for number, probe in enumerate(items):
-        parts.append(_probe(number, probe))
+        parts.append(_probe(number, probe, budget))
     return "".join(parts)
 
 
@@ -208,7 +214,7 @@ def _overview(items: Sequence[Mapping[str, Any]]) -> str:
             f"<th>max error</th></tr>{''.join(rows)}</table>")
 
 
-def _probe(number: int, probe: Mapping[str, Any]) -> str:
+def _probe(number: int, probe: Mapping[str, Any], budget: list[int]) -> str:
     metrics: Mapping[str, Mapping[str, Any]] = probe["metrics"]
     failing = any(m["bad_count"] for m in metrics.values())
     dims = ", ".join(f"{k}={v}" for k, v in probe["dims"].items())
@@ -225,14 +231,16 @@ def _probe(number: int, probe: Mapping[str, Any]) -> str:
             f'<td class="status {"fail" if m["bad_count"] else "pass"}">{_e(m["bad_count"])}</td>'
             f'<td class="mono">{_e("-" if first is None else tuple(first))}</td>'
             f'<td>{_e(_num(m["atol"]))} + {_e(_num(m["rtol"]))}\u00b7|ref|</td></tr>')
-        plots.append(_plot(str(probe["id"]), str(output), m.get("profile")))
+        plots.append(_plot(str(probe["id"]), str(output), m.get("profile"), budget))
     table = ("<table><tr><th>output</th><th>max abs</th><th>max rel</th><th>max ulp</th>"
              "<th>bad</th><th>first bad index</th><th>tolerance</th></tr>"
              f"{''.join(rows)}</table>")
     return head + table + "".join(plots) + "</div>"
 
 
-def _plot(probe_id: str, output: str, profile: Mapping[str, Any] | None) -> str:
+def _plot(probe_id: str, output: str, profile: Mapping[str, Any] | None,
+          budget: list[int]) -> str:  # fmt: skip
+    """One output's plot; ``budget`` holds the bins the page may still draw (spent here)."""
     label = f"<div><b>{_e(output)}</b>"
     if profile is None:
         return f'{label} <span class="none">no profile recorded</span></div>'
@@ -240,6 +248,10 @@ def _plot(probe_id: str, output: str, profile: Mapping[str, Any] | None) -> str:
         extent, bins, levels = decode(profile)
     except ProfileError as exc:
         return f'{label} <span class="none">profile unreadable: {_e(exc)}</span></div>'
+    if len(levels) > budget[0]:
+        return (f'{label} <span class="none">not drawn: the page already shows '
+                f"{MAX_DRAWN_BINS} bins</span></div>")
+    budget[0] -= len(levels)
     title = f"probe {probe_id}, output {output}"
     shape = "\u00d7".join(str(v) for v in extent)
     draw = vector_plot if len(extent) == 1 else matrix_plot

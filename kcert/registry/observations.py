@@ -167,7 +167,14 @@ def _record_mismatch(
     target = item.report.target
     promotion = _promotion(session, item.kernel, target)
     policy = session.get(TargetPolicy, target)
-    confirmed = evidence is not None and set(mismatch.inputs) <= set(evidence.manifest)
+    # A mismatch that anchors no input and no output holds nothing to re-run: with an empty
+    # evidence map it would otherwise be "confirmed" and suspend on a guard token alone.
+    confirmed = (
+        evidence is not None
+        and bool(mismatch.inputs)
+        and bool(mismatch.outputs)
+        and set(mismatch.inputs) <= set(evidence.manifest)
+    )
     inputs = MismatchInputs(
         kernel=item.kernel, target=target,
         on_mismatch=policy.on_mismatch if policy is not None else "record",

@@ -11,7 +11,8 @@ and each is a pure function of inputs the audit log records beside it, so
   mismatch is confirmed when its evidence holds every input array the guard
   checked and the registry recomputed their anchors from those bytes: then
   anyone can re-run the reference on the very inputs (``kcert audit replay N
-  --spec``). A mismatch without evidence (over the size cap) is recorded only.
+  --spec``). A mismatch without evidence (over the size cap), or naming no input
+  or no output, is recorded only.
 - :func:`latency_reasons`: a promotion that says which kernel it *replaces*
   on a target whose policy sets ``max_p99_regression_pct`` is denied when the
   new kernel's p99 on that target exceeds the old one's by more than that

@@ -28,7 +28,11 @@ DEFAULT_CATEGORIES = ("kernel", "gpu_op")
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range: no duration
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _pattern(name: str | None) -> re.Pattern[str] | None:
@@ -46,7 +50,9 @@ def chrome_trace_samples(
     """The kernel events of a Chrome trace (see the module's docstring for which)."""
     try:
         trace = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    # ValueError: also JSONDecodeError and an integer past the interpreter's digit limit;
+    # RecursionError: arrays or objects nested past its stack.
+    except (ValueError, RecursionError) as exc:
         raise InvalidInput(f"not a Chrome trace: the file is not JSON ({exc})") from exc
     events = trace.get("traceEvents") if isinstance(trace, dict) else trace
     if not isinstance(events, list):

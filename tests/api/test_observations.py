@@ -381,3 +381,23 @@ def test_output_evidence_is_anchored_stored_and_served_and_forgeries_are_refused
     assert base64.b64decode(got["arrays"]["x"]["data"]) == np.arange(n, dtype=np.float32).tobytes()
     logged = client.get(f"/v1/observations/mismatches/{mid}", headers=admin).json()
     assert logged["report"]["outputs_evidence"]["out"]["anchor"] == str(anchor(out))
+
+
+def test_a_mismatch_that_names_nothing_is_not_confirmed(
+    client: TestClient, admin: dict[str, str], signing_key: Ed25519PrivateKey
+) -> None:
+    """Empty anchors with an empty evidence map hold nothing to re-run: recorded, no suspension."""
+    cert = _setup(client, admin, signing_key)
+    guard = _token(client, admin, "observations:write")
+    batch = _batch(cert, n=4)
+    mismatch = batch["reports"][0]["mismatches"][0]
+    for key in ("inputs", "outputs", "reference", "evidence", "dims"):
+        mismatch[key] = {}
+    sent = client.post("/v1/observations", json=batch, headers=guard)
+    assert sent.status_code == 201, sent.text
+    assert sent.json()["mismatches_logged"] == 1 and sent.json()["suspended"] == []
+    (mid,) = sent.json()["mismatch_ids"]
+    stored = client.get(f"/v1/observations/mismatches/{mid}", headers=admin).json()
+    assert stored["confirmed"] is False
+    gate = {"kernel": cert.kernel, "target": TARGET}
+    assert client.get("/v1/gate", params=gate, headers=admin).json()["allow"] is True

@@ -177,3 +177,19 @@ def test_the_schema_checks_a_recorded_profile() -> None:
         broken["probes"]["items"][0]["metrics"]["y"]["profile"][key] = value
         with pytest.raises(VerificationError, match="profile"):
             validate_predicate(broken)
+
+
+def test_a_certificate_full_of_profiles_draws_a_bounded_page() -> None:
+    """The schema bounds each profile, not their number: a page draws at most MAX_DRAWN_BINS."""
+    from kcert.attest.html_report import MAX_DRAWN_BINS
+
+    report = sample_report()
+    probe = report.probes[0]
+    metric = next(iter(probe.metrics.values()))
+    full = ErrorProfile(extent=(32, 32), bins=(32, 32), levels="z" * 1024)
+    outputs = MAX_DRAWN_BINS // 1024 + 20
+    metrics = {f"o{i}": dataclasses.replace(metric, profile=full) for i in range(outputs)}
+    report = dataclasses.replace(report, probes=(dataclasses.replace(probe, metrics=metrics),))
+    page = render_html(_contents(report), keyid=None)
+    assert page.count('class="cell"') == MAX_DRAWN_BINS
+    assert page.count(f"not drawn: the page already shows {MAX_DRAWN_BINS} bins") == 20

@@ -318,3 +318,18 @@ def test_one_kernel_writes_the_same_outputs(spec: Path, tmp_path: Path) -> None:
     assert [s.get("name") for s in suites] == ["scale_tail"]
     failing = sorted(c["name"] for c in summary["checks"] if c["status"] == "fail")
     assert sorted(r["ruleId"] for r in sarif_results(tmp_path / "one.sarif")) == failing
+
+
+def test_a_control_character_in_a_source_name_leaves_the_junit_parseable(
+    tmp_path: Path,
+) -> None:
+    """A hostile repository's file name is written as text XML 1.0 can hold, not raw."""
+    folder = tmp_path / "cuda"
+    shutil.copytree(EXAMPLES / "cuda", folder)
+    (folder / "saxpy.cu").rename(folder / "sa\x1bxpy.cu")
+    spec = folder / "kcert.toml"
+    spec.write_text(spec.read_text().replace('"saxpy.cu"', '"sa\\u001bxpy.cu"', 1))
+    result = run("lint", str(spec), "--kernel", "saxpy", "--junit", "x.xml")
+    assert result.exit_code == 0, result.output
+    cases = ET.parse(tmp_path / "x.xml").getroot().iter("testcase")
+    assert {c.get("file") for c in cases} == {"cuda/sa\ufffdxpy.cu"}

@@ -118,6 +118,28 @@ def test_jsonl_and_bad_input(registry: EmbeddedRegistry, tmp_path: Path) -> None
     assert regex.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    "trace",
+    [
+        b"[" * 100_000 + b"]" * 100_000,  # nested past the parser's stack
+        b'{"traceEvents": [{"ph": "X", "dur": ' + b"9" * 5000 + b"}]}",  # past the digit limit
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1'
+        + b"0" * 400
+        + b"}]}",  # past float's range
+    ],
+    ids=["deep", "digits", "overflow"],
+)
+def test_a_hostile_chrome_trace_is_refused_cleanly(
+    registry: EmbeddedRegistry, tmp_path: Path, trace: bytes
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(trace)
+    kernel = "sha256:" + "c" * 64
+    refused = _run("perf", "ingest", str(path), "--target", TARGET, "--kernel", kernel)
+    assert refused.exit_code == 2, refused.output
+    assert "Traceback" not in refused.output and "error" in refused.stderr
+
+
 def _samples(path: Path, dur: float, n: int) -> Path:
     path.write_text("\n".join(json.dumps({"name": "k", "start_us": i, "dur_us": dur + i % 3})
                               for i in range(n)))  # fmt: skip

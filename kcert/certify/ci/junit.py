@@ -29,7 +29,8 @@ def _text(value: str) -> str:
 def _shown(path: Path) -> str:
     """A path as CI shows it: relative to the working folder when it is inside it."""
     resolved, here = path.resolve(), Path.cwd().resolve()
-    return resolved.relative_to(here).as_posix() if resolved.is_relative_to(here) else str(path)
+    shown = resolved.relative_to(here).as_posix() if resolved.is_relative_to(here) else str(path)
+    return _text(shown)  # a file name may hold any byte but "/" and NUL
 
 
 def render(outcomes: Sequence[KernelOutcome], *, command: str) -> bytes:
