@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +16,18 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 
 
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
     buffer = io.StringIO()  # not a terminal, as in a pipe or a CI log
-    monkeypatch.setattr(output.out_console, "file", buffer)
-    monkeypatch.setattr(output.err_console, "file", buffer)
     monkeypatch.delenv("COLUMNS", raising=False)
-    return buffer
+    consoles = (output.out_console, output.err_console)
+    for console in consoles:
+        console.file = buffer
+    yield buffer
+    # Not monkeypatch: it would restore `file` to the stream the property returned then
+    # (this test's captured stderr) for good; None makes the consoles follow
+    # sys.stdout/sys.stderr again, as later CliRunner invocations swap them.
+    for console in consoles:
+        console.file = None  # type: ignore[assignment]
 
 
 def test_a_long_line_with_a_digest_stays_on_one_line(captured: io.StringIO) -> None:
