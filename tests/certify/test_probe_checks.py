@@ -128,14 +128,17 @@ def test_a_check_added_to_the_registry_runs_on_every_probe(
 # ---------------------------------------------------------------------------- same certificates
 
 #: What kcert reported for these kernels before the probe checks became classes
-#: (main at fe0d14f): (check, status, probe, message). ``build`` and ``artifact``
+#: (main at fe0d14f), re-recorded once when the drawn conditions became scheme v3
+#: and fresh probes gained the two tile-boundary sizes (more probes; the
+#: out-of-bounds read now meets a plausible or small guard in these probes):
+#: (check, status, probe, message). ``build`` and ``artifact``
 #: messages name the Triton version and its compiler's figures, so only their
 #: status is compared.
 RECORDED: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
     "vector_add": (
         ("build", "pass", None, None),
         ("artifact", "pass", None, None),
-        ("launch", "pass", None, "8 probe(s) launched twice each, all completed"),
+        ("launch", "pass", None, "10 probe(s) launched twice each, all completed"),
         ("correctness", "pass", None, "every element within tolerance on 4 probe(s)"),
         ("coverage", "pass", None, "every output element written on 4 probe(s)"),
         ("bounds", "pass", None, "no write outside any buffer on 4 probe(s)"),
@@ -144,7 +147,7 @@ RECORDED: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
          "identical output bytes across fills, guards and addresses on 4 probe(s)"),
         ("special-values", "pass", None,
          "NaN and Inf exactly where the reference has them on 4 probe(s)"),
-        ("fresh-probes", "pass", None, "4 fresh probe(s) from seed 1 pass every check"),
+        ("fresh-probes", "pass", None, "6 fresh probe(s) from seed 1 pass every check"),
     ),
     "add_unmasked_tail": (
         ("build", "pass", None, None),
@@ -170,8 +173,8 @@ RECORDED: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
         ("coverage", "pass", None, "every output element written on 3 probe(s)"),
         ("bounds", "pass", None, "no write outside any buffer on 3 probe(s)"),
         ("input-integrity", "fail", "n=1",
-         "3 of 3 probe(s) fail; 'x' has 1 element(s) changed, first at (0,) (run A); "
-         "'x' has 1 element(s) changed, first at (0,) (run B)"),
+         "3 of 3 probe(s) fail; 'x' has 1 element(s) changed, first at (0,) (run A); 'x' has 1 "
+         "element(s) changed, first at (0,) (run B)"),
         ("determinism", "pass", None,
          "identical output bytes across fills, guards and addresses on 3 probe(s)"),
         ("special-values", "pass", None,
@@ -182,25 +185,21 @@ RECORDED: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
         ("build", "pass", None, None),
         ("artifact", "pass", None, None),
         ("launch", "pass", None, "3 probe(s) launched twice each, all completed"),
-        ("correctness", "fail", "n=1",
-         "2 of 3 probe(s) fail; 'out': 1 element(s) outside tolerance, first at (0,) (got nan, "
-         "expected -343.8977355957031, allowed error 0.000246); max abs error inf, max rel inf, "
-         "max 0 ulp"),
+        ("correctness", "pass", None, "every element within tolerance on 3 probe(s)"),
         ("coverage", "pass", None, "every output element written on 3 probe(s)"),
         ("bounds", "pass", None, "no write outside any buffer on 3 probe(s)"),
         ("input-integrity", "pass", None, "inputs unchanged on 3 probe(s)"),
         ("determinism", "fail", "n=1",
          "3 of 3 probe(s) fail; 'out' differs between two launches in 1 element(s), first at "
          "(0,)"),
-        ("special-values", "fail", "n=1",
-         "2 of 3 probe(s) fail; 'out' has 1 NaN/Inf value(s) where the reference has none, "
-         "first at (0,) (got nan, expected -343.8977355957031)"),
+        ("special-values", "pass", None,
+         "NaN and Inf exactly where the reference has them on 3 probe(s)"),
         ("fresh-probes", "skip", None, "not run: the fixed probes already fail"),
     ),
     "add_tuned_to_probes": (
         ("build", "pass", None, None),
         ("artifact", "pass", None, None),
-        ("launch", "pass", None, "6 probe(s) launched twice each, all completed"),
+        ("launch", "pass", None, "8 probe(s) launched twice each, all completed"),
         ("correctness", "pass", None, "every element within tolerance on 2 probe(s)"),
         ("coverage", "pass", None, "every output element written on 2 probe(s)"),
         ("bounds", "pass", None, "no write outside any buffer on 2 probe(s)"),
@@ -235,11 +234,11 @@ RECORDED: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
 #: The same certifications' details of ``launch`` to ``fresh-probes`` and their probe
 #: records (anchors, metrics, error profiles), as :func:`_digest` of each.
 RECORDED_DIGESTS: dict[str, tuple[str, str]] = {
-    "vector_add": ("436b9b310417e9c9", "23c2e71cce7d30f2"),
+    "vector_add": ("a1253df5f73dfd83", "836ee3eba51f944c"),
     "add_unmasked_tail": ("13f9eb61884ed7bd", "2cdc01c1ef4d7d0a"),
     "add_writes_input": ("b67a93d8ea4b6faf", "0aa8a0dbd5549bad"),
-    "neighbor_sum_oob_read": ("5f38623654a6545d", "1f8af6afb24f221a"),
-    "add_tuned_to_probes": ("17f449f3281a6957", "ec6e89fb550c2254"),
+    "neighbor_sum_oob_read": ("7667f75d327201a1", "0a2ddda9124c970d"),
+    "add_tuned_to_probes": ("757f93e54b8d8e85", "c606fe667e1fc22b"),
     "add_keeps_found": ("87f0fda806d5b14a", "9026891351687d83"),
 }
 #: The kernels' specs, and the fresh seeds their adversarial tests fix.
