@@ -4,6 +4,7 @@ candidate passes."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -40,5 +41,7 @@ def test_the_loop_ends_with_a_pass_after_seeing_each_failure(
     assert "compiler error at scale.py:9:" in build and "* three, mask=mask)" in build
     assert "FAILED bounds" in bounds and "past its end" in bounds
     assert "smallest failing shape n=1" in bounds
-    assert rounds[-1].feedback.endswith("PASS: every required check passed on 4 probe(s).")
+    # the probe count follows the spec's dims and the drawn fresh sizes, not this test
+    assert re.search(r"PASS: every required check passed on \d+ probe\(s\)\.$",
+                     rounds[-1].feedback), rounds[-1].feedback
 
