@@ -59,30 +59,26 @@ def replay_decision(leaf: Leaf) -> DecisionReplay:
             f"entry {leaf.index} records {leaf.kind!r}, not a decision; replay re-decides "
             f"entries of kind {', '.join((*DECISION_KINDS, MISMATCH_KIND))}"
         )
-    inputs, recorded = leaf.payload.get("inputs"), leaf.payload.get("decision")
-    if not isinstance(inputs, Mapping) or not isinstance(recorded, Mapping):
-        raise ReplayError(f"entry {leaf.index} lacks its recorded inputs or decision")
-    try:
-        replayed = decide_promotion(PromotionInputs.from_json(inputs)).to_json()
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ReplayError(f"entry {leaf.index} has malformed inputs: {exc!r}") from exc
-    except KcertError as exc:
-        raise ReplayError(f"entry {leaf.index} cannot be re-decided: {exc.diagnostics()}") from exc
-    differences = tuple(
-        f"{key}: recorded {recorded.get(key)!r}, replayed {replayed.get(key)!r}"
-        for key in sorted(set(recorded) | set(replayed))
-        if _json(recorded.get(key)) != _json(replayed.get(key))
-    )
-    return DecisionReplay(recorded, replayed, differences)
+    return _redecide(leaf, lambda inputs: decide_promotion(
+        PromotionInputs.from_json(inputs)).to_json())  # fmt: skip
 
 
 def _replay_mismatch(leaf: Leaf) -> DecisionReplay:
     """Decide a runtime mismatch's action again (:mod:`kcert.registry.runtime_policy`)."""
+    return _redecide(leaf, lambda inputs: decide_mismatch(
+        MismatchInputs.from_json(inputs)).to_json())  # fmt: skip
+
+
+Decide = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+def _redecide(leaf: Leaf, decide: Decide) -> DecisionReplay:
+    """Run ``decide`` on the leaf's recorded inputs and name every field that differs."""
     inputs, recorded = leaf.payload.get("inputs"), leaf.payload.get("decision")
     if not isinstance(inputs, Mapping) or not isinstance(recorded, Mapping):
         raise ReplayError(f"entry {leaf.index} lacks its recorded inputs or decision")
     try:
-        replayed = decide_mismatch(MismatchInputs.from_json(inputs)).to_json()
+        replayed = decide(inputs)
     except (KeyError, TypeError, ValueError) as exc:
         raise ReplayError(f"entry {leaf.index} has malformed inputs: {exc!r}") from exc
     except KcertError as exc:
