@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -92,10 +92,7 @@ def verify_command(
     except CertificateFormatError:
         raise
     except VerificationError as exc:
-        if as_json:
-            emit_json({"valid": False, "certificate": str(cert), "reason": exc.diagnostics()})
-        err_console.print(f"[bold red]invalid:[/] {escape(exc.diagnostics())}", soft_wrap=True)
-        raise typer.Exit(EXIT_FAIL) from None
+        _invalid(cert, exc, as_json=as_json)
     failed = verified.verdict is Verdict.FAIL
     if as_json:
         emit_json({"valid": True, "certificate": str(cert), **_summary(verified)})
@@ -194,10 +191,7 @@ def report_command(
     except CertificateFormatError:
         raise
     except VerificationError as exc:
-        if as_json:
-            emit_json({"valid": False, "certificate": str(cert), "reason": exc.diagnostics()})
-        err_console.print(f"[bold red]invalid:[/] {escape(exc.diagnostics())}", soft_wrap=True)
-        raise typer.Exit(EXIT_FAIL) from None
+        _invalid(cert, exc, as_json=as_json)
     keyid = contents.keyid if isinstance(contents, VerifiedCertificate) else None
     if html is not None:
         write_atomic(html, render_html(contents, keyid=keyid).encode(), what="HTML report")
@@ -296,3 +290,11 @@ def register(app: typer.Typer) -> None:
     app.command("verify")(verify_command)
     app.command("diff")(diff_command)
     app.command("report")(report_command)
+
+
+def _invalid(cert: Path, exc: VerificationError, *, as_json: bool) -> NoReturn:
+    """A certificate whose signature or contents failed verification: a verdict, exit 1."""
+    if as_json:
+        emit_json({"valid": False, "certificate": str(cert), "reason": exc.diagnostics()})
+    err_console.print(f"[bold red]invalid:[/] {escape(exc.diagnostics())}", soft_wrap=True)
+    raise typer.Exit(EXIT_FAIL) from None
