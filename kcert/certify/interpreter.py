@@ -1,16 +1,18 @@
 """Where the Triton interpreter and Triton's compiler disagree, and failures that match.
 
 The interpreter (``TRITON_INTERPRET=1``) runs a jit body as Python on NumPy
-arrays. Four of its differences from the compiler make a correct kernel fail
+arrays. Three of its differences from the compiler make a correct kernel fail
 there (Triton 3.x; each is pinned by ``tests/certify/test_interpreter.py``):
 
 - ``a and b`` on tensors is Python's ``and``: it gives ``b`` alone, where the
   compiler gives ``a & b`` (a mask that is silently wrong);
 - a float scalar argument arrives as a Python ``float``, so ``eps.to(tl.float32)``
   raises, where the compiler passes an fp32 scalar;
-- ``libdevice`` functions are stubs that return ``None``;
-- bfloat16 values are stored as their raw 16 bits (``uint16``), and arithmetic on
-  them runs on those integers.
+- ``libdevice`` functions are stubs that return ``None``.
+
+A fourth, bfloat16 arithmetic on the values' raw 16 bits, is not left to the
+report: the worker computes it as the compiler does
+(:mod:`kcert.certify.executors.interpreter_bf16`).
 
 :func:`static_hazards` finds what the source shows of these (the lint reports
 them on the ``build`` check); :func:`blame` adds to a failing check on the
@@ -26,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kcert.certify.report import CheckResult, Status
-from kcert.certify.spec import FLOAT_DTYPES, BufferArg, KernelSpec, ScalarArg
+from kcert.certify.spec import FLOAT_DTYPES, KernelSpec, ScalarArg
 
 EXECUTOR = "triton-interpreter"
 
@@ -50,9 +52,6 @@ WHY = {
                     "scalar; use it in arithmetic directly, or pass it as 'const float'",
     "libdevice": "libdevice functions are stubs under the Triton interpreter (they return None); "
                  "use the tl.* function, or certify on a GPU",
-    "bf16": "the Triton interpreter stores bfloat16 values as their raw 16 bits and runs "
-            "arithmetic on bfloat16 operands on those integers; convert to float32 before "
-            "computing, or certify on a GPU",
 }  # fmt: skip
 
 
@@ -92,9 +91,6 @@ def _hazards(kernel: KernelSpec, tree: ast.Module) -> tuple[Hazard, ...]:
             }  # fmt: skip
         hazards.extend(_Body(fn, libdevice, float_params if fn.name == kernel.entry else set())
                        .walk())  # fmt: skip
-    bf16 = [b.name for b in kernel.args if isinstance(b, BufferArg) and b.dtype == "bf16"]
-    if bf16:
-        hazards.append(Hazard("bf16", 0, f"bfloat16 buffer(s) {', '.join(bf16)}"))
     return tuple(hazards)
 
 
@@ -142,7 +138,7 @@ def _blamed(check: CheckResult, hazards: Sequence[Hazard]) -> CheckResult:
     if "libdevice" in kinds and ("NoneType" in text or "cannot convert None" in text):
         causes.append("libdevice")
     if check.name in _VALUE_CHECKS:
-        causes.extend(k for k in ("bool-op", "bf16") if k in kinds)
+        causes.extend(k for k in ("bool-op",) if k in kinds)
     if not causes:
         return check
     where = {k: [h for h in hazards if h.kind == k] for k in causes}
@@ -153,7 +149,7 @@ def _blamed(check: CheckResult, hazards: Sequence[Hazard]) -> CheckResult:
     return dataclasses.replace(check, message=message, details=details)
 
 
-#: Checks a silently wrong value fails (a mask from 'and', bf16 arithmetic on raw bits).
+#: Checks a silently wrong value fails (a mask from 'and').
 _VALUE_CHECKS = frozenset({"correctness", "coverage", "bounds", "special-values", "determinism",
                            "fresh-probes", "launch"})  # fmt: skip
 

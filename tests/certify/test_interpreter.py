@@ -53,7 +53,7 @@ def bf16_arithmetic(x, out, n, eps, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     v = tl.load(x + offs, mask=mask)
-    tl.store(out + offs, v * v + v, mask=mask)
+    tl.store(out + offs, v * v, mask=mask)
 '''
 
 REFERENCE = '''
@@ -68,8 +68,8 @@ def tanh_eps(*, x, out, n, eps, BLOCK):
     return np.tanh(x) + eps
 
 
-def square_plus(*, x, out, n, eps, BLOCK):
-    return x * x + x
+def square(*, x, out, n, eps, BLOCK):
+    return x * x
 '''
 
 SPEC = '''
@@ -93,7 +93,7 @@ x = "uniform(-2, 2)"
 
 CASES = {
     "masked_with_and": ("add_eps", "f32"), "eps_as_tensor": ("add_eps", "f32"),
-    "with_libdevice": ("tanh_eps", "f32"), "bf16_arithmetic": ("square_plus", "bf16"),
+    "with_libdevice": ("tanh_eps", "f32"), "bf16_arithmetic": ("square", "bf16"),
 }  # fmt: skip
 
 
@@ -116,7 +116,8 @@ def test_the_source_shows_each_difference(kernels: dict[str, KernelSpec]) -> Non
     assert hazards(kernels["masked_with_and"]) == [("bool-op", 12)]
     assert hazards(kernels["eps_as_tensor"]) == [("float-scalar", 21)]
     assert hazards(kernels["with_libdevice"]) == [("libdevice", 28)]
-    assert hazards(kernels["bf16_arithmetic"]) == [("bf16", 0)]
+    # bfloat16 arithmetic is no longer a difference: the worker computes it as compiled
+    assert hazards(kernels["bf16_arithmetic"]) == []
 
 
 def test_a_float_const_is_not_a_float_scalar(tmp_path: Path,
@@ -167,9 +168,14 @@ def test_a_libdevice_stub_is_blamed_on_the_interpreter(kernels: dict[str, Kernel
     assert set(checks) == {"launch"} and causes(checks["launch"]) == ["libdevice"]
 
 
-def test_bf16_arithmetic_is_blamed_on_the_interpreter(kernels: dict[str, KernelSpec]) -> None:
-    checks = failed(kernels["bf16_arithmetic"])
-    assert "correctness" in checks and causes(checks["correctness"]) == ["bf16"]
+def test_bf16_arithmetic_passes_on_the_interpreter(kernels: dict[str, KernelSpec]) -> None:
+    # the interpreter alone multiplies the raw bits (tests/certify/test_interpreter_bf16.py);
+    # the worker computes v * v on the values, rounded once as the compiler rounds
+    pytest.importorskip("triton")
+    pytest.importorskip("torch")
+    report = certify(kernels["bf16_arithmetic"], CertifyOptions(
+        executor="triton-interpreter", fresh_seed=5, minimize=False))  # fmt: skip
+    assert report.verdict is Verdict.PASS, [c.message for c in report.checks]
 
 
 def test_other_executors_are_left_alone(kernels: dict[str, KernelSpec]) -> None:

@@ -50,6 +50,8 @@ class TritonExecutor(Executor):
         if not self.interpret and not torch.cuda.is_available():
             raise Unavailable(f"torch {torch.__version__} cannot use a GPU here "
                               "(torch.cuda.is_available() is False)")  # fmt: skip
+        if self.interpret:
+            self._exact_bf16()
 
         module = import_code(self.kernel.code.main, f"kcert_kernel_{self.kernel.name}")
         fn = getattr(module, self.kernel.entry, None)
@@ -60,6 +62,19 @@ class TritonExecutor(Executor):
             raise Fault(RunStatus.LAUNCH_ERROR, f"'{self.kernel.entry}' is not a @triton.jit "
                         "function (it cannot be launched as fn[grid](...))")  # fmt: skip
         self.fn = fn
+
+    def _exact_bf16(self) -> None:
+        """The interpreter's bfloat16 arithmetic made the compiler's, before the kernel loads."""
+        # lazy: imports Triton's interpreter, which only this executor's worker loads
+        from kcert.certify.executors import interpreter_bf16
+
+        try:
+            interpreter_bf16.install()
+        except interpreter_bf16.Unsupported as exc:
+            bf16 = [b.name for b in self.kernel.buffers if b.dtype == "bf16"]
+            if bf16:  # the raw-bits arithmetic would fail (or pass) it for the interpreter's sake
+                raise Unavailable(f"{exc}; bfloat16 buffer(s) {', '.join(bf16)} cannot be "
+                                  "certified on this interpreter: certify on a GPU") from exc
 
     # ------------------------------------------------------------------ buffers
 
