@@ -8,7 +8,10 @@ rtol=tol)`` against the reference rounded to the output's dtype, for tol =
 1e-2 and 1e-4. A crash or a timeout counts as caught. The child is this file
 run as ``python catch_oracle.py --oracle-child JOB_DIR``: it imports the
 kernel module (untrusted code, so never in the process that drives the bench)
-and writes the outputs of each seed to the job folder.
+and writes the outputs of each seed to the job folder. On the interpreter the
+child computes bfloat16 arithmetic as kcert's worker does
+(:mod:`kcert.certify.executors.interpreter_bf16`), so that both run the same
+kernel and the comparison is between the checks, not between interpreters.
 """
 
 from __future__ import annotations
@@ -147,6 +150,10 @@ def oracle_child(job_dir: Path) -> int:
 
     import torch
 
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from kcert.certify.executors import interpreter_bf16
+
+        interpreter_bf16.install()
     job = json.loads((job_dir / "job.json").read_text())
     spec = importlib.util.spec_from_file_location("corpus_kernel", job["source"])
     assert spec is not None and spec.loader is not None
