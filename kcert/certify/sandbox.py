@@ -3,12 +3,15 @@
 A :class:`Sandbox` owns one persistent worker process (:mod:`kcert.certify.worker`)
 per kernel, so that torch, Triton or CuPy are imported and the kernel loaded
 once, not once per probe. Each :meth:`Sandbox.run` sends one
-:class:`~kcert.certify.execution.RunJob` and waits at most ``deadline_s``.
+:class:`~kcert.certify.execution.RunJob` and waits until the worker has used
+``deadline_s`` of CPU, or four times that of wall time when it uses none
+(:mod:`kcert.certify.deadline`: load on the machine cannot trip it).
 Whatever the kernel does, the parent gets a :class:`RunOutcome`:
 
 - a segfault or abort in the child: ``crash``, with the signal and the tail of
   the child's stderr (faulthandler prints the Python stack there);
-- a hang: ``timeout``; the child's whole process group is killed at the deadline;
+- a hang: ``timeout``; the child's whole process group is killed at the deadline
+  (a spin after ``deadline_s`` of CPU, a block at the wall ceiling);
 - a CUDA error: ``launch-error``; a sticky one (the context is dead) also makes
   the child exit, and the next job gets a fresh child;
 - an exception in the kernel's Python (including a failed import): ``launch-error``;
@@ -51,6 +54,7 @@ from typing import IO, Any, Literal
 import numpy as np
 
 from kcert.certify import spares
+from kcert.certify.deadline import Deadline, Overrun, TreeClock, wait
 from kcert.certify.errors import (
     ExecutorUnavailable,
     NoDeviceError,
@@ -74,9 +78,11 @@ __all__ = [
     "default_executor", "device_arch", "gpu_visible",
 ]  # fmt: skip
 
-#: How long a fresh worker may take to import its stack and load the kernel.
+#: How long a fresh worker may take to import its stack and load the kernel (CPU seconds,
+#: under the same wall ceiling as a job's deadline).
 DEFAULT_STARTUP_S = 120.0
-#: Extra time after the deadline for the answer's bytes to arrive once the kernel is done.
+#: Wall seconds for the answer's bytes to arrive once the answer began (the header), and
+#: for the buffers after the wall ceiling.
 _TRANSFER_GRACE_S = 30.0
 _LOG_TAIL = 2000
 
@@ -192,7 +198,7 @@ class Sandbox:
             self._outbox.send_bytes(pickle.dumps(init))
         except OSError:
             pass  # the child already died; the wait below says how
-        header, failure = self._receive(time.monotonic() + self.startup_s, mark, "loading")
+        header, failure, _ = self._receive(Deadline(self.startup_s), mark, "loading")
         if failure is None and header is not None and not header.get("ok"):
             status = str(header.get("status"))
             message = str(header.get("message", ""))
@@ -244,30 +250,41 @@ class Sandbox:
         tail = self._log_tail(mark)
         return RunOutcome(status, f"{reason}; its last output:\n{tail}" if tail else reason)
 
-    def _timeout(self, limit_s: float, what: str) -> RunOutcome:
+    def _timeout(self, over: Overrun, limit: Deadline, what: str) -> RunOutcome:
         self._stop_worker()
-        return RunOutcome(
-            RunStatus.TIMEOUT,
-            f"no answer within {limit_s:g} s while {what}: the worker was killed "
-            "(an infinite loop, a deadlock, or a kernel far slower than the deadline allows)",
-            elapsed_s=limit_s,
-        )
+        if over.limit == "cpu":
+            reason = (
+                f"used {limit.cpu_s:g} s of CPU without an answer while {what}: the worker "
+                "was killed (an infinite loop, or a kernel far slower than the deadline allows)"
+            )
+        else:
+            reason = (
+                f"no answer within {limit.wall_s:g} s of wall time while {what}, having used "
+                f"{over.cpu_s:.1f} of its {limit.cpu_s:g} s of CPU: the worker was killed (it "
+                "waited without computing: a deadlock, a sleep, a device that never finishes)"
+            )
+        return RunOutcome(RunStatus.TIMEOUT, reason, elapsed_s=over.wall_s)
 
     def _receive(
-        self, deadline: float, mark: int, what: str
-    ) -> tuple[dict[str, Any] | None, RunOutcome | None]:
-        """One JSON header from the child before ``deadline``, or the outcome of its failure."""
-        assert self._inbox is not None
+        self, limit: Deadline, mark: int, what: str
+    ) -> tuple[dict[str, Any] | None, RunOutcome | None, TreeClock]:
+        """One JSON header from the child within ``limit``, or the outcome of its failure.
+
+        The clock starts now, so call this right after sending the job; it comes back
+        with the header for the deadlines of what follows.
+        """
+        assert self._inbox is not None and self._proc is not None
         frames = Frames(self._inbox.fileno())
-        if not frames.ready(deadline):
-            limit = self.startup_s if what == "loading" else self.deadline_s
-            return None, self._timeout(limit, what)
+        clock = TreeClock(self._proc.pid)
+        over = wait(frames.ready, clock, limit)
+        if over is not None:
+            return None, self._timeout(over, limit, what), clock
         try:
-            header = frames.header(deadline + _TRANSFER_GRACE_S)
+            header = frames.header(time.monotonic() + _TRANSFER_GRACE_S)
         except ProtocolError:
             # a half-sent, oversized or malformed header: the child is broken or lying
-            return None, self._death(mark, what)
-        return header, None
+            return None, self._death(mark, what), clock
+        return header, None, clock
 
     def _send_job(self, request: dict[str, Any], job: RunJob) -> bool:
         assert self._outbox is not None
@@ -307,18 +324,18 @@ class Sandbox:
         what = f"running '{self.kernel.entry}'"
         if not self._send_job(request, job):
             return self._death(mark, what)
-        started = time.monotonic()
-        header, failure = self._receive(started + self.deadline_s, mark, what)
+        limit = Deadline(self.deadline_s)
+        header, failure, clock = self._receive(limit, mark, what)
         if failure is not None:
             return failure
         assert header is not None
-        elapsed = time.monotonic() - started
+        elapsed = clock.wall_s()
         if header.get("status") != "ok":
             outcome = _outcome(str(header.get("status")), str(header.get("message", "")), elapsed)
             if not header.get("healthy", True):
                 self._reap_exited(mark)
             return outcome
-        arrays = self._receive_arrays(job, started + self.deadline_s + _TRANSFER_GRACE_S)
+        arrays = self._receive_arrays(job, clock.started + limit.wall_s + _TRANSFER_GRACE_S)
         if arrays is None:
             return self._death(mark, f"sending back the buffers of '{self.kernel.entry}'")
         return RunOutcome(RunStatus.OK, "", arrays, elapsed)
@@ -384,10 +401,9 @@ class Sandbox:
         if not self._send_job(request, job):
             return self._death(mark, what)
         # the routine runs for a few times its budget (warmup, calibration, flushes); each launch
-        # is still bounded by the deadline
-        started = time.monotonic()
-        limit = started + self.deadline_s + budget_ms / 1000.0 * 8
-        header, failure = self._receive(limit, mark, what)
+        # is still bounded by the deadline (CPU seconds, as a run's)
+        limit = Deadline(self.deadline_s + budget_ms / 1000.0 * 8)
+        header, failure, _ = self._receive(limit, mark, what)
         if failure is not None:
             return failure
         assert header is not None

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kcert.certify.ci import KernelOutcome, check_targets, write_outputs
+from kcert.certify.deadline import WALL_CEILING_FACTOR
 from kcert.certify.execution import EXECUTORS
 from kcert.certify.pipeline import DEFAULT_DEADLINE_S, CertifyOptions, certify
 from kcert.certify.report import CertificationReport, Status, Verdict
@@ -48,7 +49,9 @@ def certify_command(
     max_probes: Annotated[int | None, typer.Option(
         "--max-probes", min=1, help="Cap the fixed probe set (default: the spec's).")] = None,
     deadline: Annotated[float, typer.Option(
-        "--deadline", min=0.1, help="Seconds one launch may take before it counts as a hang.",
+        "--deadline", min=0.1, help="CPU seconds one launch may use before it counts as a hang "
+        f"(machine load does not use them up); one that waits without computing is stopped "
+        f"at {WALL_CEILING_FACTOR:g} times this in wall time.",
     )] = DEFAULT_DEADLINE_S,
     sanitize: Annotated[str | None, typer.Option(
         "--sanitize", metavar="TOOLS",

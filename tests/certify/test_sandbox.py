@@ -16,7 +16,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from sandbox_procs import sandboxed_python
 
+from kcert.certify.deadline import WALL_CEILING_FACTOR
 from kcert.certify.execution import PaddedBuffer, RunJob, RunStatus
 from kcert.certify.executors.base import effective_shift
 from kcert.certify.sandbox import DEFAULT_STARTUP_S, NoDeviceError, Sandbox, gpu_visible
@@ -154,10 +156,46 @@ def test_an_infinite_loop_times_out_at_the_deadline_and_the_worker_restarts() ->
         assert sandbox.pid is None
         second = sandbox.run(job(sandbox.kernel, 4))
         assert sandbox.starts == 2
-    assert first.status is RunStatus.TIMEOUT and "1.5 s" in first.message
+    assert first.status is RunStatus.TIMEOUT and "used 1.5 s of CPU" in first.message
     assert second.status is RunStatus.TIMEOUT
     # never killed early; the wait also holds the worker's start, which has its own limit
     assert 1.5 <= waited < 1.5 + DEFAULT_STARTUP_S
+
+
+@pytest.mark.triton
+def test_a_kernel_that_sleeps_is_killed_at_the_wall_ceiling() -> None:
+    with Sandbox(kernel("sleeps"), "triton-interpreter", deadline_s=0.5) as sandbox:
+        assert sandbox._start() is None  # loading has its own limit
+        outcome = sandbox.run(job(sandbox.kernel, 4))
+        assert sandbox.pid is None
+    assert outcome.status is RunStatus.TIMEOUT
+    assert f"no answer within {0.5 * WALL_CEILING_FACTOR:g} s of wall time" in outcome.message
+    assert outcome.elapsed_s >= 0.5 * WALL_CEILING_FACTOR
+
+
+@pytest.mark.triton
+def test_a_kernel_starved_of_cpu_is_not_killed_before_it_used_its_deadline() -> None:
+    """Load independence: a core shared with two spinners stretches the run past its
+    deadline in wall time, and it passes, because it needs less CPU than the deadline."""
+    core = max(os.sched_getaffinity(0))
+    spin = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True:\n    pass\n"
+    with Sandbox(kernel("burns_n_ms"), "triton-interpreter", deadline_s=1.0) as sandbox:
+        assert sandbox._start() is None and sandbox.pid is not None
+        worker = sandboxed_python(sandbox.pid)
+        for tid in os.listdir(f"/proc/{worker}/task"):
+            os.sched_setaffinity(int(tid), {core})
+        spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+        try:
+            started = time.monotonic()
+            outcome = sandbox.run(job(sandbox.kernel, 500))  # 0.5 s of the kernel's CPU
+            waited = time.monotonic() - started
+        finally:
+            for spinner in spinners:
+                spinner.kill()
+                spinner.wait()
+    assert outcome.status is RunStatus.OK, outcome.message
+    # what makes this test mean something: the run took longer than its deadline
+    assert waited > 1.0, f"the spinners did not slow the worker ({waited:.2f} s)"
 
 
 @pytest.mark.triton
@@ -172,7 +210,9 @@ def test_a_timeout_kills_the_workers_children_too() -> None:
                 return
             time.sleep(0.05)
 
-    with Sandbox(kernel("hang_with_grandchild"), "triton-interpreter", deadline_s=5) as sandbox:
+    # the kernel sleeps: the wall ceiling (4 x 1.25 s) ends it
+    with Sandbox(kernel("hang_with_grandchild"), "triton-interpreter",
+                 deadline_s=1.25) as sandbox:  # fmt: skip
         # the worker imports its stack and loads the kernel first: the watch starts after
         assert sandbox._start() is None
         watcher = threading.Thread(target=watch)

@@ -76,6 +76,24 @@ def _hang_with_grandchild():
         time.sleep(0.05)
 
 
+def _sleep_forever():
+    # a hang that uses no CPU: only the deadline's wall ceiling ends it
+    while True:
+        time.sleep(0.05)
+
+
+class _Burner:
+    """Launches like a Triton kernel and uses ``n`` ms of its thread's CPU: a known cost."""
+
+    def __getitem__(self, grid):
+        def launch(x, out, n, *args, **kwargs):
+            end = time.thread_time() + n / 1000
+            while time.thread_time() < end:
+                pass
+
+        return launch
+
+
 def _exhaust_memory():
     raise MemoryError("could not allocate the kernel's workspace")
 
@@ -120,3 +138,5 @@ abort = _Launcher(os.abort)
 hang_with_grandchild = _Launcher(_hang_with_grandchild)
 out_of_memory = _Launcher(_exhaust_memory)
 exits = _Launcher(_print_then_exit)
+sleeps = _Launcher(_sleep_forever)
+burns_n_ms = _Burner()
