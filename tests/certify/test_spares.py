@@ -149,7 +149,7 @@ def test_a_spare_started_under_another_environment_is_not_used(
     pool.prefetch(EXECUTOR)
     [stale] = pool.spare_pids(EXECUTOR)
     # torch or Triton could read this at import: the spare imported without it
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
     with Sandbox(kernel("copy"), EXECUTOR, pool=pool) as sandbox:
         assert sandbox.pid != stale
         assert gone(stale), "the stale spare was not killed"
