@@ -33,7 +33,10 @@ registry), with a message on stderr and nothing changed. `--json` prints
 exactly one JSON object on stdout (on an error, a usage error such as an
 unknown option included, `{"error": {"type", "detail"}}`); progress and
 messages go to stderr, where progress is one plain line per step when stderr
-is not a terminal. Output that is not a terminal is never wrapped.
+is not a terminal. Output that is not a terminal is never wrapped. Each error
+class has a `type` of its own (`bad-spec`, `no-device`, `compiler-unavailable`,
+`usage`, ...); the whole tree of them is drawn in the docstring of
+`kcert/errors.py`.
 
 Environment: `KCERT_HOME` (default `~/.kcert`: the embedded registry, build
 cache, log key), `KCERT_REGISTRY` (a registry server's URL; none: the

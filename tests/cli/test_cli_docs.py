@@ -39,3 +39,9 @@ def test_the_generator_renders_each_commands_help() -> None:
     assert "## `kcert gate`" in text
     # the option list comes from the command itself
     assert "--fail-on-regression" in text.split("## `kcert diff`")[1].split("\n## ")[0]
+
+
+def test_docs_cli_md_is_what_the_generator_writes() -> None:
+    # a hand edit to docs/cli.md is lost the next time it is generated: edit the generator
+    text = _generator().render()
+    assert (ROOT / "docs" / "cli.md").read_text() == text, "run python scripts/cli_docs.py"
