@@ -16,15 +16,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
-
-import jsonschema
-from jsonschema.exceptions import best_match
+from typing import TYPE_CHECKING, Any
 
 from kcert.attest.dsse import loads_strict
 from kcert.attest.errors import CertificateFormatError, SigningError, VerificationError
 from kcert.certify.report import PREDICATE_TYPE
 from kcert.digest import Digest, DigestError, canonical_json
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -68,12 +68,19 @@ def predicate_schema() -> dict[str, Any]:
 
 
 @functools.cache
-def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(predicate_schema())
+def _validator() -> Draft202012Validator:
+    # jsonschema is a fifth of `kcert verify`'s start, and built once per process.
+    # lazy: only signing and reading a statement validate one, not gate or any --help
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(predicate_schema())
 
 
 def validate_predicate(predicate: Any) -> None:
     """Raise :class:`VerificationError` naming the JSON path of the first schema violation."""
+    # lazy: with _validator, jsonschema loads only where a schema is validated
+    from jsonschema.exceptions import best_match
+
     error = best_match(_validator().iter_errors(predicate))
     if error is not None:
         path = error.json_path.replace("$", "predicate", 1)

@@ -1,7 +1,7 @@
 """``kcert keys generate``, ``kcert verify`` and ``kcert diff``: thin doors into kcert.attest.
 
-``keys_app`` is module level so that the registry's commands (``keys trust``,
-``keys revoke``) can join the same group.
+``keys generate`` joins the ``keys`` group of :mod:`kcert.cli.groups`, which
+the registry's commands (``keys trust``, ``keys revoke``) fill too.
 """
 
 from __future__ import annotations
@@ -40,12 +40,8 @@ from kcert.attest.keys import (
 )
 from kcert.certify.report import Verdict
 from kcert.cli.app import EXIT_FAIL, EXIT_OK
+from kcert.cli.groups import keys_app
 from kcert.cli.output import emit_json, err_console, out_console
-
-keys_app = typer.Typer(
-    name="keys", help="Signing keys: generate (and, with a registry, trust or revoke).",
-    no_args_is_help=True,
-)  # fmt: skip
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 

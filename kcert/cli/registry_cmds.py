@@ -8,7 +8,9 @@ Exit codes: 0 stored / allowed / granted, 1 denied or an invalid certificate,
 2 bad input or an unreachable registry.
 
 The request models (:mod:`kcert.registry.models`, SQLModel) are imported by the
-commands that send them: ``gate`` against a server loads no database code.
+commands that send them: ``gate`` against a server loads no database code. Nor
+certificate code (``push`` and ``keys trust`` import it), nor pydantic-settings
+(the server's address and token are read by :mod:`kcert.registry.envvars`).
 """
 
 from __future__ import annotations
@@ -23,14 +25,12 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from pydantic import BaseModel, ValidationError
 
-from kcert.attest.certificate import load_envelope
-from kcert.attest.keys import load_public_key, public_key_hex
 from kcert.cli.app import EXIT_FAIL
-from kcert.cli.attest_cmds import keys_app
+from kcert.cli.groups import keys_app
 from kcert.cli.output import emit_json, err_console, out_console
 from kcert.digest import Digest, DigestError
 from kcert.errors import UsageError
-from kcert.registry.config import Settings
+from kcert.registry.envvars import env_name
 from kcert.registry.errors import CertificateRejected, PromotionDenied
 from kcert.registry.wire import Scope
 
@@ -41,7 +41,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object 
 RegistryOption = Annotated[
     str | None,
     typer.Option(
-        "--registry", envvar="KCERT_REGISTRY", show_envvar=True,
+        "--registry", envvar=env_name("registry"), show_envvar=True,
         help="Registry server URL (token from KCERT_TOKEN); none = the embedded registry.",
     ),
 ]  # fmt: skip
@@ -62,7 +62,7 @@ def _registry(url: str | None) -> Iterator[Registry]:
     # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.registry.remote import open_registry
 
-    registry = open_registry(Settings(), url)
+    registry = open_registry(url=url)
     try:
         yield registry
     finally:
@@ -96,6 +96,7 @@ def serve_command(
     """Run the registry API (database KCERT_DATABASE_URL, first admin token KCERT_ADMIN_TOKEN)."""
     # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
     from kcert.api.serve import serve
+    from kcert.registry.config import Settings
     from kcert.registry.db import dispose_engines, engine_for, migrate
 
     settings = Settings()
@@ -118,6 +119,9 @@ def push_command(
     as_json: JsonOption = False,
 ) -> None:
     """Store a certificate in the registry (it must verify against a trusted key)."""
+    # lazy: certificate code (cryptography, the predicate's schema) is no part of `kcert gate`
+    from kcert.attest.certificate import load_envelope
+
     envelope = load_envelope(cert)
     try:
         with _registry(registry) as reg:
@@ -256,7 +260,9 @@ def keys_trust_command(
     as_json: JsonOption = False,
 ) -> None:
     """Trust a signing key in the registry."""
+    # Key files need cryptography, which `kcert gate` never loads.
     # lazy: a command loads its libraries only when it runs (a fast `kcert --help`)
+    from kcert.attest.keys import load_public_key, public_key_hex
     from kcert.registry.models import TrustedKeyCreate
 
     hex_key = (

@@ -6,6 +6,9 @@ the embedded registry raises. This module stays free of SQLModel, SQLAlchemy and
 Alembic (``kcert gate`` in a deploy script starts in a fraction of a second):
 the answers' models are imported by the methods that return them, and the
 embedded registry (:mod:`kcert.registry.client`) only when no server is named.
+Nor does it need pydantic-settings to find the server: :func:`open_registry`
+reads ``KCERT_REGISTRY`` and ``KCERT_TOKEN`` through
+:func:`kcert.registry.envvars.client_settings`.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from pydantic import BaseModel, ValidationError
 
 from kcert.digest import Digest
 from kcert.registry import errors
-from kcert.registry.config import Settings
+from kcert.registry.envvars import client_settings
 from kcert.registry.wire import GateDecision
 
 if TYPE_CHECKING:
     from kcert.attest.dsse import Envelope
+    from kcert.registry.config import Settings
     from kcert.registry.models import (
         ApiTokenCreate,
         ApiTokenCreated,
@@ -80,16 +84,25 @@ class Registry(Protocol):
     def close(self) -> None: ...
 
 
-def open_registry(settings: Settings, url: str | None = None) -> Registry:
-    """The remote registry at ``url`` (or ``KCERT_REGISTRY``), else the embedded one."""
-    target = url or settings.registry
-    if target:
+def open_registry(settings: Settings | None = None, url: str | None = None) -> Registry:
+    """The remote registry at ``url`` (or ``KCERT_REGISTRY``), else the embedded one.
+
+    ``settings`` default to the environment's: a server's address and token are then read
+    without pydantic-settings, and the whole :class:`Settings` only for an embedded registry.
+    """
+    if settings is None:
+        client = client_settings()
+        target, token = url or client.registry, client.token
+    else:
+        target = url or settings.registry
         token = settings.token.get_secret_value() if settings.token else None
+    if target:
         return RemoteRegistry(target, token=token)
     # lazy: kcert.registry.client imports this module back; only an embedded registry needs it
     from kcert.registry.client import EmbeddedRegistry
+    from kcert.registry.config import Settings
 
-    return EmbeddedRegistry(settings)
+    return EmbeddedRegistry(Settings() if settings is None else settings)
 
 
 class RemoteRegistry:
