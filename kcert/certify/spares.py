@@ -79,8 +79,9 @@ def worker_env(executor: str, tmp: str = jail.INSIDE_TMP) -> dict[str, str]:
         # The interpreter runs one program at a time on tiles of a few KiB: BLAS threads only
         # spin between its calls, which on a busy machine made a matmul probe 16x slower
         # (9.5 s against 0.58 s) and billed their spinning to the kernel's CPU deadline.
+        # The caller's OMP_NUM_THREADS is overridden too: it would bring the spinning back.
         extra = {"TRITON_INTERPRET": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # fmt: skip
+                 "OMP_NUM_THREADS": "1"}  # fmt: skip
     return jail.child_env(extra, tmp=tmp)
 
 

@@ -21,7 +21,7 @@ from kcert.certify.execution import RunStatus
 from kcert.certify.pipeline import CertifyOptions, certify
 from kcert.certify.report import Verdict
 from kcert.certify.sandbox import Sandbox
-from kcert.certify.spares import WorkerPool
+from kcert.certify.spares import WorkerPool, worker_env
 from kcert.certify.spec import SpecFile, load_spec
 
 EXECUTOR = "triton-interpreter"
@@ -148,8 +148,9 @@ def test_a_spare_started_under_another_environment_is_not_used(
 ) -> None:  # fmt: skip
     pool.prefetch(EXECUTOR)
     [stale] = pool.spare_pids(EXECUTOR)
-    # torch or Triton could read this at import: the spare imported without it
-    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    # an allowlisted variable the worker inherits (torch, Triton or libc could read one at
+    # import): the spare started without it
+    monkeypatch.setenv("TZ", "Pacific/Auckland")
     with Sandbox(kernel("copy"), EXECUTOR, pool=pool) as sandbox:
         assert sandbox.pid != stale
         assert gone(stale), "the stale spare was not killed"
@@ -284,3 +285,14 @@ def _spec(folder: Path) -> SpecFile:
     (folder / "reference.py").write_text("def scale(*, x, out, n, BLOCK):\n    return x * 3.0\n")
     (folder / "kcert.toml").write_text(SPEC.format(name="scale") + SPEC.format(name="scale_tail"))
     return load_spec(folder / "kcert.toml")
+
+
+def test_an_interpreter_worker_runs_one_blas_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the interpreter calls BLAS on small tiles one program at a time: more threads only
+    # spin between calls, on the kernel's CPU deadline; a GPU worker keeps the caller's
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    interpreter = worker_env("triton-interpreter")
+    assert {k: interpreter[k] for k in names} == dict.fromkeys(names, "1")
+    gpu = worker_env("triton")
+    assert gpu["OMP_NUM_THREADS"] == "8" and "OPENBLAS_NUM_THREADS" not in gpu
