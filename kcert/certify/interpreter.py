@@ -52,6 +52,9 @@ WHY = {
                     "scalar; use it in arithmetic directly, or pass it as 'const float'",
     "libdevice": "libdevice functions are stubs under the Triton interpreter (they return None); "
                  "use the tl.* function, or certify on a GPU",
+    "atomic-dtype": "the Triton interpreter implements atomics for fewer dtypes than the "
+                    "compiler (not bfloat16) and raises 'Unsupported data type' for the others; "
+                    "certify on a GPU",
 }  # fmt: skip
 
 
@@ -137,6 +140,8 @@ def _blamed(check: CheckResult, hazards: Sequence[Hazard]) -> CheckResult:
         causes.append("float-scalar")
     if "libdevice" in kinds and ("NoneType" in text or "cannot convert None" in text):
         causes.append("libdevice")
+    if "Unsupported data type" in text:
+        causes.append("atomic-dtype")
     if check.name in _VALUE_CHECKS:
         causes.extend(k for k in ("bool-op",) if k in kinds)
     if not causes:

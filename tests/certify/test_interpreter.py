@@ -54,6 +54,14 @@ def bf16_arithmetic(x, out, n, eps, BLOCK: tl.constexpr):
     mask = offs < n
     v = tl.load(x + offs, mask=mask)
     tl.store(out + offs, v * v, mask=mask)
+
+
+@triton.jit
+def bf16_atomic(x, out, n, eps, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.zeros([BLOCK], dtype=tl.bfloat16), mask=mask)
+    tl.atomic_add(out + offs, tl.load(x + offs, mask=mask), mask=mask)
 '''
 
 REFERENCE = '''
@@ -70,6 +78,10 @@ def tanh_eps(*, x, out, n, eps, BLOCK):
 
 def square(*, x, out, n, eps, BLOCK):
     return x * x
+
+
+def copy(*, x, out, n, eps, BLOCK):
+    return x
 '''
 
 SPEC = '''
@@ -94,6 +106,7 @@ x = "uniform(-2, 2)"
 CASES = {
     "masked_with_and": ("add_eps", "f32"), "eps_as_tensor": ("add_eps", "f32"),
     "with_libdevice": ("tanh_eps", "f32"), "bf16_arithmetic": ("square", "bf16"),
+    "bf16_atomic": ("copy", "bf16"),
 }  # fmt: skip
 
 
@@ -176,6 +189,13 @@ def test_bf16_arithmetic_passes_on_the_interpreter(kernels: dict[str, KernelSpec
     report = certify(kernels["bf16_arithmetic"], CertifyOptions(
         executor="triton-interpreter", fresh_seed=5, minimize=False))  # fmt: skip
     assert report.verdict is Verdict.PASS, [c.message for c in report.checks]
+
+
+def test_a_bf16_atomic_is_blamed_on_the_interpreter(kernels: dict[str, KernelSpec]) -> None:
+    # the interpreter has no bfloat16 atomics (a GPU does): the launch fails, and says why
+    checks = failed(kernels["bf16_atomic"])
+    assert set(checks) == {"launch"} and "Unsupported data type" in checks["launch"].message
+    assert causes(checks["launch"]) == ["atomic-dtype"]
 
 
 def test_other_executors_are_left_alone(kernels: dict[str, KernelSpec]) -> None:
