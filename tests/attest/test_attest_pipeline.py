@@ -1,8 +1,8 @@
-"""End to end on the CPU: certify each Triton example, sign it, verify it twice.
+"""Real build records and certificates signed and verified end to end.
 
-The report comes from the real pipeline (Triton interpreter, sandboxed child
-process), so this is where the predicate the certifier writes meets the
-schema, the signature and an independent DSSE verifier (securesystemslib).
+Each Triton example certified on the CPU, signed and verified twice (kcert and
+securesystemslib) is tests/integration/test_examples_certify.py, with the
+certification that checks the example passes: one run of each, not two.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # no __all__ there
 
 from kcert.attest.certificate import (
-    certificate_id,
     read_certificate,
     sign_report,
     verify_envelope,
@@ -30,42 +29,10 @@ from kcert.attest.certificate import (
 from kcert.attest.keys import key_id
 from kcert.certify import pipeline
 from kcert.certify.lint import lint
-from kcert.certify.report import Verdict
 from kcert.certify.spec import load_spec
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "triton" / "kcert.toml"
 CUDA_EXAMPLES = EXAMPLES.parents[1] / "cuda" / "kcert.toml"
-KERNELS = ("saxpy", "row_sum", "softmax", "matmul", "layernorm", "row_max")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", KERNELS)
-def test_triton_example_certified_on_cpu_signs_and_verifies(
-    tmp_path: Path, name: str, signing_key: Ed25519PrivateKey,
-    trusted: dict[str, Ed25519PublicKey],
-) -> None:  # fmt: skip
-    kernel = load_spec(EXAMPLES).kernel(name)
-    options = pipeline.CertifyOptions(
-        executor="triton-interpreter", max_probes=2, timing=False, minimize=False
-    )
-    report = pipeline.certify(kernel, options)
-    cert = tmp_path / f"{name}.cert.json"
-    write_certificate(cert, sign_report(report, signing_key))
-
-    envelope = read_certificate(cert)
-    verified = verify_envelope(envelope, trusted)
-    assert verified.id == certificate_id(envelope)
-    assert (verified.kernel_name, verified.hw_class) == (name, "cpu")
-    assert verified.executor == "triton-interpreter"
-    assert verified.verdict is Verdict.PASS, report.first_failure()
-    assert [n for n, _ in verified.subjects][0] == kernel.source.name
-
-    public = signing_key.public_key()
-    theirs = SslibEnvelope.from_dict(json.loads(cert.read_bytes()))
-    sslib_key = SSlibKey.from_crypto(public, keyid=key_id(public), scheme="ed25519")
-    assert list(theirs.verify([sslib_key], 1)) == [key_id(public)]
-    statement = json.loads(theirs.payload)
-    assert statement["predicate"]["verdict"] == "pass"
 
 
 def test_real_nvrtc_build_record_signs_and_names_the_cubin(
