@@ -10,7 +10,7 @@ run as ``python catch_oracle.py --oracle-child JOB_DIR``: it imports the
 kernel module (untrusted code, so never in the process that drives the bench)
 and writes the outputs of each seed to the job folder. On the interpreter the
 child computes bfloat16 arithmetic as kcert's worker does
-(:mod:`kcert.certify.executors.interpreter_bf16`), so that both run the same
+(:mod:`kcert.certify.executors.interpreter_numerics`), so that both run the same
 kernel and the comparison is between the checks, not between interpreters.
 """
 
@@ -151,9 +151,9 @@ def oracle_child(job_dir: Path) -> int:
     import torch
 
     if os.environ.get("TRITON_INTERPRET") == "1":
-        from kcert.certify.executors import interpreter_bf16
+        from kcert.certify.executors import interpreter_numerics
 
-        interpreter_bf16.install()
+        interpreter_numerics.install()
     job = json.loads((job_dir / "job.json").read_text())
     spec = importlib.util.spec_from_file_location("corpus_kernel", job["source"])
     assert spec is not None and spec.loader is not None

@@ -12,7 +12,7 @@ there (Triton 3.x; each is pinned by ``tests/certify/test_interpreter.py``):
 
 A fourth, bfloat16 arithmetic on the values' raw 16 bits, is not left to the
 report: the worker computes it as the compiler does
-(:mod:`kcert.certify.executors.interpreter_bf16`).
+(:mod:`kcert.certify.executors.interpreter_numerics`).
 
 :func:`static_hazards` finds what the source shows of these (the lint reports
 them on the ``build`` check); :func:`blame` adds to a failing check on the

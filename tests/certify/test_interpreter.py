@@ -182,7 +182,7 @@ def test_a_libdevice_stub_is_blamed_on_the_interpreter(kernels: dict[str, Kernel
 
 
 def test_bf16_arithmetic_passes_on_the_interpreter(kernels: dict[str, KernelSpec]) -> None:
-    # the interpreter alone multiplies the raw bits (tests/certify/test_interpreter_bf16.py);
+    # the interpreter alone multiplies the raw bits (tests/certify/test_interpreter_numerics.py);
     # the worker computes v * v on the values, rounded once as the compiler rounds
     pytest.importorskip("triton")
     pytest.importorskip("torch")

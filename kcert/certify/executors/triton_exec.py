@@ -66,11 +66,11 @@ class TritonExecutor(Executor):
     def _exact_bf16(self) -> None:
         """The interpreter's bfloat16 arithmetic made the compiler's, before the kernel loads."""
         # lazy: imports Triton's interpreter, which only this executor's worker loads
-        from kcert.certify.executors import interpreter_bf16
+        from kcert.certify.executors import interpreter_numerics
 
         try:
-            interpreter_bf16.install()
-        except interpreter_bf16.Unsupported as exc:
+            interpreter_numerics.install()
+        except interpreter_numerics.Unsupported as exc:
             bf16 = [b.name for b in self.kernel.buffers if b.dtype == "bf16"]
             if bf16:  # the raw-bits arithmetic would fail (or pass) it for the interpreter's sake
                 raise Unavailable(f"{exc}; bfloat16 buffer(s) {', '.join(bf16)} cannot be "

@@ -1,8 +1,8 @@
-"""bfloat16 on the Triton interpreter: raw bits there, values once the worker fixes it.
+"""bfloat16 and float16 accumulation on the Triton interpreter: as compiled once fixed.
 
 Each kernel runs in a child process with ``TRITON_INTERPRET=1`` (Triton reads it
 when ``@triton.jit`` decorates), once as the interpreter ships and once after
-:func:`kcert.certify.executors.interpreter_bf16.install`. The expected values come
+:func:`kcert.certify.executors.interpreter_numerics.install`. The expected values come
 from torch's CPU bfloat16 (one rounding per operation) and from the same
 per-step rounding written out in NumPy, so that the test fails if the emulation
 drifts from what a GPU computes, and says so if a Triton release fixes the
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kcert.certify.executors.interpreter_bf16 import decode, encode
+from kcert.certify.executors.interpreter_numerics import decode, encode
 
 pytest.importorskip("triton")
 pytest.importorskip("torch")
@@ -30,9 +30,9 @@ SCRIPT = '''
 import json, sys
 import torch, triton, triton.language as tl
 if sys.argv[1] == "fixed":
-    from kcert.certify.executors import interpreter_bf16
-    interpreter_bf16.install()
-    interpreter_bf16.install()  # twice: the second changes nothing
+    from kcert.certify.executors import interpreter_numerics
+    interpreter_numerics.install()
+    interpreter_numerics.install()  # twice: the second changes nothing
 
 
 @triton.jit
@@ -66,9 +66,30 @@ outs = {k: torch.zeros(1 if k in ("total", "top", "at") else N,
                        dtype=torch.int32 if k in ints else torch.bfloat16)
         for k in names}
 ops[(1,)](x, y, *outs.values(), N=N)
-bits = lambda t: t.view(torch.int16).to(torch.int32).tolist()
+bits = lambda t: t.view(torch.int16).to(torch.int32).flatten().tolist()
+
+
+@triton.jit
+def dots(p, q, r, s, f16acc, bf16dot, M: tl.constexpr, K: tl.constexpr):
+    m = tl.arange(0, M)
+    k = tl.arange(0, K)
+    a = tl.load(p + m[:, None] * K + k[None, :])
+    b = tl.load(q + k[:, None] * M + m[None, :])
+    tl.store(f16acc + m[:, None] * M + m[None, :], tl.dot(a, b, out_dtype=tl.float16))
+    c = tl.load(r + m[:, None] * K + k[None, :])
+    e = tl.load(s + k[:, None] * M + m[None, :])
+    tl.store(bf16dot + m[:, None] * M + m[None, :], tl.dot(c, e))
+
+
+M, K = 16, 256
+p, q = torch.randn(M, K, generator=g).half(), torch.randn(K, M, generator=g).half()
+r, s = torch.randn(M, K, generator=g).bfloat16(), torch.randn(K, M, generator=g).bfloat16()
+f16acc, bf16dot = torch.zeros(M, M, dtype=torch.float16), torch.zeros(M, M)
+dots[(1,)](p, q, r, s, f16acc, bf16dot, M=M, K=K)
 print(json.dumps({"x": bits(x), "y": bits(y),
-                  **{k: (v.tolist() if k in ints else bits(v)) for k, v in outs.items()}}))
+                  **{k: (v.tolist() if k in ints else bits(v)) for k, v in outs.items()},
+                  "p": bits(p), "q": bits(q), "r": bits(r), "s": bits(s),
+                  "f16acc": bits(f16acc), "bf16dot": bf16dot.flatten().tolist()}))
 '''
 
 
@@ -82,7 +103,8 @@ def run(tmp_path: Path, mode: str) -> dict[str, np.ndarray]:
                           env=env, timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     raw = json.loads(done.stdout.strip().splitlines()[-1])
-    return {k: np.asarray(v, dtype=np.int32) for k, v in raw.items()}
+    return {k: np.asarray(v, dtype=np.float64 if k == "bf16dot" else np.int32)
+            for k, v in raw.items()}  # fmt: skip
 
 
 def values(bits: np.ndarray) -> np.ndarray:
@@ -91,6 +113,19 @@ def values(bits: np.ndarray) -> np.ndarray:
 
 def round16(v: np.ndarray) -> np.ndarray:
     return values(encode(v))
+
+
+def halves(bits: np.ndarray) -> np.ndarray:
+    return bits.astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def f16_accumulated(r: dict[str, np.ndarray]) -> np.ndarray:
+    """What a float16 MMA accumulator holds: rounded to float16 after every 16 of K."""
+    a, b = halves(r["p"]).reshape(16, 256), halves(r["q"]).reshape(256, 16)
+    acc = np.zeros((16, 16), dtype=np.float32)
+    for k in range(0, 256, 16):
+        acc = (acc + a[:, k:k + 16] @ b[k:k + 16]).astype(np.float16).astype(np.float32)
+    return acc.reshape(-1)
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +147,16 @@ def expected(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             "lt": (a < b).astype(np.int32), "mx": np.maximum(a, b),
             "rnd": round16(np.exp(a)), "to_int": np.trunc(round16(a * 4)).astype(np.int32),
             "from_int": round16((np.arange(64) - 32) * a), "total": total, "running": running,
-            "top": np.max(a, keepdims=True), "at": np.argmax(a, keepdims=True).astype(np.int32)}
+            "top": np.max(a, keepdims=True), "at": np.argmax(a, keepdims=True).astype(np.int32),
+            "f16acc": f16_accumulated(r),
+            "bf16dot": (values(r["r"]).reshape(16, 256).astype(np.float64)
+                        @ values(r["s"]).reshape(256, 16)).reshape(-1)}
 
 
 def got(r: dict[str, np.ndarray], name: str) -> np.ndarray:
-    return r[name] if name in ("lt", "to_int", "at") else values(r[name])
+    if name == "f16acc":
+        return halves(r[name])
+    return r[name] if name in ("lt", "to_int", "at", "bf16dot") else values(r[name])
 
 
 def test_the_interpreter_alone_computes_on_the_bits(
@@ -125,7 +165,8 @@ def test_the_interpreter_alone_computes_on_the_bits(
     # pinned: if this fails, a Triton release fixed the interpreter and the emulation can go
     raw, want = results["raw"], expected(results["raw"])
     # (tl.max and tl.argmax promote bfloat16 to float32 themselves: right either way)
-    bitwise = ("mul", "add", "lt", "mx", "rnd", "from_int", "total", "running")
+    bitwise = ("mul", "add", "lt", "mx", "rnd", "from_int", "total", "running", "f16acc",
+               "bf16dot")
     wrong = [k for k in bitwise if not np.array_equal(got(raw, k), want[k], equal_nan=True)]
     assert wrong == list(bitwise)
 
@@ -135,7 +176,10 @@ def test_after_install_every_operation_rounds_as_compiled(
 ) -> None:
     fixed, want = results["fixed"], expected(results["fixed"])
     for name, value in want.items():
-        assert np.array_equal(got(fixed, name), value, equal_nan=True), name
+        if name == "bf16dot":  # a float32 accumulator: float32 rounding of an exact sum
+            assert np.allclose(got(fixed, name), value, rtol=1e-5, atol=1e-4), name
+        else:
+            assert np.array_equal(got(fixed, name), value, equal_nan=True), name
 
 
 def test_encode_rounds_to_nearest_even_and_keeps_specials() -> None:
@@ -154,8 +198,8 @@ def test_an_interpreter_without_the_entry_points_is_refused(
 ) -> None:
     from triton.runtime import interpreter
 
-    from kcert.certify.executors import interpreter_bf16
+    from kcert.certify.executors import interpreter_numerics
 
     monkeypatch.delattr(interpreter.ReduceOps, "min_max")
-    with pytest.raises(interpreter_bf16.Unsupported, match=r"ReduceOps\.min_max"):
-        interpreter_bf16.install()
+    with pytest.raises(interpreter_numerics.Unsupported, match=r"ReduceOps\.min_max"):
+        interpreter_numerics.install()

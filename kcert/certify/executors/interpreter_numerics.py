@@ -1,24 +1,31 @@
-"""bfloat16 arithmetic on the Triton interpreter, computed as the compiler computes it.
+"""Arithmetic on the Triton interpreter computed as the compiled kernel computes it.
 
-The interpreter (``TRITON_INTERPRET=1``) keeps a bfloat16 tensor as its raw 16
-bits in a ``uint16`` array and hands those integers to NumPy: ``x * w`` on two
-bfloat16 tensors multiplies their bit patterns (0.707 times 1.0 comes out as
-2.4e23), a comparison orders negative values backwards, ``tl.sum`` adds bit
-patterns, and a cast to or from an integer copies bits as numbers. A correct
-bfloat16 kernel therefore fails every value check there, and a certificate
-made on the interpreter would say nothing about what a GPU computes.
-
-It also truncates float32 to bfloat16 where the compiler rounds to nearest
-even. The compiler lowers each bfloat16 operation to one rounding of the exact
-result (native ``bf16`` instructions on sm_90), or to float32 arithmetic
-rounded back to bfloat16 where there is no native instruction (``exp``,
-``sqrt``, division). :func:`install` wraps the interpreter's arithmetic
-entry points so that every operation with a bfloat16 operand decodes the
-operands to float32, runs the interpreter's own float32 operation, and rounds
-a bfloat16 result back to nearest even (NaN kept NaN). A product of two
-bfloat16 values is exact in float32, so it rounds once, as on a GPU; a sum can
-round twice (float32, then bfloat16), which differs from one rounding only
+**bfloat16.** The interpreter (``TRITON_INTERPRET=1``) keeps a bfloat16 tensor
+as its raw 16 bits in a ``uint16`` array and hands those integers to NumPy:
+``x * w`` on two bfloat16 tensors multiplies their bit patterns (0.707 times
+1.0 comes out as 2.4e23), a comparison orders negative values backwards,
+``tl.sum`` adds bit patterns, and a cast to or from an integer copies bits as
+numbers. It also truncates float32 to bfloat16 where the compiler rounds to
+nearest even. A correct bfloat16 kernel therefore fails every value check
+there, and a certificate made on the interpreter would say nothing about what
+a GPU computes. The compiler lowers each bfloat16 operation to one rounding of
+the exact result (native ``bf16`` instructions on sm_90), or to float32
+arithmetic rounded back to bfloat16 where there is no native instruction
+(``exp``, ``sqrt``, division). :func:`install` wraps the interpreter's
+arithmetic entry points so that every operation with a bfloat16 operand
+decodes the operands to float32, runs the interpreter's own float32 operation,
+and rounds a bfloat16 result back to nearest even (NaN kept NaN). A product of
+two bfloat16 values is exact in float32, so it rounds once, as on a GPU; a sum
+can round twice (float32, then bfloat16), which differs from one rounding only
 when the float32 sum lands exactly halfway between two bfloat16 values.
+
+**float16 accumulators.** ``tl.dot(a, b, out_dtype=tl.float16)`` accumulates in
+float16 on a GPU (the MMA instructions' float16 accumulator), but the
+interpreter calls NumPy's float16 ``matmul``, which sums in float32 and rounds
+once: a kernel whose long float16 accumulation is far off on a GPU looks
+accurate there. The wrapped ``dot`` adds the products of each run of
+:data:`MMA_K` along K in float32 (one MMA instruction's worth) and rounds the
+accumulator to float16 after each, as the instructions do.
 
 It runs in the sandboxed worker only, before the kernel's module is imported.
 It is not a security boundary (the kernel runs in that process and can undo
@@ -39,11 +46,13 @@ import numpy as np
 
 #: InterpreterBuilder methods, and the position of the operand whose dtype is the result's.
 _BUILDER_OPS = {"binary_op": 0, "unary_op": 0, "ternary_op": 2, "create_fma": 2,
-                "create_erf": 0, "create_rsqrt": 0, "create_dot": 2}  # fmt: skip
+                "create_erf": 0, "create_rsqrt": 0}  # fmt: skip
 #: Reductions and scans whose NumPy implementation reads the bits as integers.
 _REDUCE_OPS = ("sum", "min_max")
 _SCAN_OPS = ("cumsum", "cumprod")
-_MARK = "_kcert_bf16"
+_MARK = "_kcert_numerics"
+#: The K extent of one float16 MMA instruction (wgmma and mma.sync take K = 16 for float16).
+MMA_K = 16
 
 
 class Unsupported(RuntimeError):
@@ -70,6 +79,7 @@ def install() -> None:
     for name, position in _BUILDER_OPS.items():
         targets.append((builder, name, functools.partial(_builder_op, interpreter, position)))
     targets.append((builder, "cast_impl", functools.partial(_cast, interpreter)))
+    targets.append((builder, "create_dot", functools.partial(_dot, interpreter)))
     for name in _REDUCE_OPS:
         targets.append((interpreter.ReduceOps, name, functools.partial(_reduction, interpreter)))
     for name in _SCAN_OPS:
@@ -112,6 +122,27 @@ def _builder_op(interpreter: Any, position: int,
         return result  # a comparison's booleans, or a float32 accumulator
 
     return op
+
+
+def _dot(interpreter: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``create_dot`` on bfloat16 values, and into a float16 accumulator rounded per MMA."""
+    tl = interpreter.tl
+
+    def dot(self: Any, a: Any, b: Any, d: Any, *args: Any) -> Any:
+        if _is_bf16(interpreter, a) or _is_bf16(interpreter, b):
+            a = _as_f32(interpreter, a) if _is_bf16(interpreter, a) else a
+            b = _as_f32(interpreter, b) if _is_bf16(interpreter, b) else b
+        if d.dtype.scalar != tl.float16 or a.data.dtype != np.float16 \
+                or b.data.dtype != np.float16:  # fmt: skip
+            return original(self, a, b, d, *args)
+        left, right = a.data.astype(np.float32), b.data.astype(np.float32)
+        acc = d.data.astype(np.float32)
+        for k in range(0, left.shape[-1], MMA_K):
+            step = np.matmul(left[..., k:k + MMA_K], right[..., k:k + MMA_K, :])
+            acc = (acc + step).astype(np.float16).astype(np.float32)
+        return interpreter.TensorHandle(acc.astype(np.float16), tl.float16)
+
+    return dot
 
 
 def _cast(interpreter: Any, original: Callable[..., Any]) -> Callable[..., Any]:
