@@ -1,7 +1,9 @@
 """What changed between two certificates of a kernel, and whether it got worse.
 
 The comparison reads only the signed predicates: numerical error per probe
-(matched by probe id), compiled-artifact resources, timing, environment,
+(matched by probe id and input anchors: the same inputs, byte for byte; a
+fresh probe of the same size drawn from another seed is another probe, whose
+error says nothing about this one's), compiled-artifact resources, timing, environment,
 verdict and check statuses. "B regressed from A" is a fixed list of rules,
 each with a stated threshold, so that a CI job failing on it can say why.
 """
@@ -197,11 +199,12 @@ def _check_changes(ca: list[Any], cb: list[Any]) -> list[Change]:
 def _error_deltas(
     items_a: list[Any], items_b: list[Any]
 ) -> tuple[list[ErrorDelta], list[str], list[str]]:
-    by_id_b = {p["id"]: p for p in items_b}
-    ids_a = {p["id"] for p in items_a}
+    """Error deltas of the probes both certificates ran on the same inputs, and the others."""
+    by_key_b = {_probe_key(p): p for p in items_b}
+    keys_a = {_probe_key(p) for p in items_a}
     out: list[ErrorDelta] = []
     for probe in items_a:
-        other = by_id_b.get(probe["id"])
+        other = by_key_b.get(_probe_key(probe))
         if other is None:
             continue
         for output, ma in probe["metrics"].items():
@@ -212,9 +215,14 @@ def _error_deltas(
                 ErrorDelta(probe["id"], output, m, _number(ma[m]), _number(mb[m]))
                 for m in ERROR_METRICS
             )
-    only_a = [p["id"] for p in items_a if p["id"] not in by_id_b]
-    only_b = [p["id"] for p in items_b if p["id"] not in ids_a]
+    only_a = [p["id"] for p in items_a if _probe_key(p) not in by_key_b]
+    only_b = [p["id"] for p in items_b if _probe_key(p) not in keys_a]
     return out, only_a, only_b
+
+
+def _probe_key(probe: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A probe's id and its inputs' anchors: two probes compare only on the same bytes."""
+    return str(probe["id"]), tuple(sorted((probe.get("inputs") or {}).items()))
 
 
 def _artifact_deltas(ka: Mapping[str, Any], kb: Mapping[str, Any]) -> list[NumberDelta]:

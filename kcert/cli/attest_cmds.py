@@ -140,7 +140,9 @@ def diff_command(
     """Compare two certificates: errors per probe, artifact, timing, environment, checks.
 
     B regresses when a check that passed now fails, the verdict turns to fail, a
-    probe's max abs error grows beyond --error-growth, registers, spills or local
+    probe's max abs error grows beyond --error-growth (a probe compares only with
+    the same probe on the same input bytes: fresh probes redrawn from another
+    seed are listed, not compared), registers, spills or local
     memory grow, or the kernel's median time grows beyond --slowdown. Exit 0; 1
     when a certificate is invalid, or with --fail-on-regression when B regressed;
     2 when a file cannot be read.

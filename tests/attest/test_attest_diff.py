@@ -43,6 +43,23 @@ def test_errors_are_matched_by_probe_id(signing_key: Ed25519PrivateKey) -> None:
     assert (diff.probes_only_in_a, diff.probes_only_in_b) == (("n=1",), ("n=65",))
 
 
+def test_a_probe_redrawn_from_another_seed_is_not_compared(
+    signing_key: Ed25519PrivateKey,
+) -> None:
+    # a tile-boundary fresh probe keeps its id (n=8192) but draws its values from each
+    # run's fresh seed: errors on other inputs say nothing of a regression
+    a = make_report(probes=(make_probe(33, max_abs=1e-6),))
+    redrawn = dataclasses.replace(make_probe(33, max_abs=2e-6),
+                                  inputs={"x": "sha256:" + "1" * 64, "y": "sha256:" + "2" * 64})
+    diff = diff_certificates(_contents(a, signing_key), _contents(
+        make_report(probes=(redrawn,)), signing_key))  # fmt: skip
+    assert diff.errors == () and not diff.regressed
+    assert (diff.probes_only_in_a, diff.probes_only_in_b) == (("n=33",), ("n=33",))
+    # the same inputs are compared, and the growth is a regression
+    same = make_report(probes=(make_probe(33, max_abs=2e-6),))
+    assert _kinds(a, same, signing_key) == ["error"]
+
+
 def test_error_growth_beyond_the_margin_regresses(signing_key: Ed25519PrivateKey) -> None:
     a = make_report(probes=(make_probe(33, max_abs=1e-6),))
     within = make_report(probes=(make_probe(33, max_abs=1.05e-6),))
