@@ -171,11 +171,12 @@ def read_tree(root: int) -> TreeUsage | None:
                 return None
             continue  # exited since its parent was read
         total += sum(fields[11:15])  # utime, stime, cutime, cstime (fields 14 to 17)
-        for tid in _tasks(pid):
+        tids = _tasks(pid)
+        for tid in tids:
             task = _stat(f"/proc/{pid}/task/{tid}/stat")
             if task is not None:
                 threads[(tid, task[19])] = (task[11] + task[12]) / ticks  # its own, and start
-        todo.extend(children(pid))
+        todo.extend(children(pid, tids))
     return TreeUsage(total / ticks, threads)
 
 
@@ -201,10 +202,10 @@ def _tasks(pid: int) -> list[int]:
         return []
 
 
-def _children(pid: int) -> list[int]:
-    """The children of every thread of ``pid`` (``/proc/PID/task/TID/children``)."""
+def _children(pid: int, tids: list[int]) -> list[int]:
+    """The children of the threads ``tids`` of ``pid`` (``/proc/PID/task/TID/children``)."""
     found: list[int] = []
-    for tid in _tasks(pid):
+    for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
                 found.extend(int(c) for c in f.read().split())
@@ -219,7 +220,7 @@ def _children_files() -> bool:
     return os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
-def _scan_children() -> Callable[[int], list[int]]:
+def _scan_children() -> Callable[[int, list[int]], list[int]]:
     """Children by parent from one pass over every process (where the children files lack)."""
     by_parent: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
@@ -227,7 +228,7 @@ def _scan_children() -> Callable[[int], list[int]]:
             fields = _stat(f"/proc/{name}/stat")
             if fields is not None:
                 by_parent.setdefault(fields[1], []).append(int(name))
-    return lambda pid: by_parent.get(pid, [])
+    return lambda pid, _tids: by_parent.get(pid, [])
 
 
 def _cores() -> int:
