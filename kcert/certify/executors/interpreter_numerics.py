@@ -219,10 +219,7 @@ def _widened(interpreter: Any, item: Any) -> Any:
     tl = interpreter.tl
     if getattr(item, "dtype", None) != tl.bfloat16:
         return item
-    ty = item.type
-    wide = tl.block_type(tl.float32, list(ty.shape)) if isinstance(ty, tl.block_type) \
-        else tl.float32  # fmt: skip
-    return tl.core.tensor(_as_f32(interpreter, item.handle), wide)
+    return tl.core.tensor(_as_f32(interpreter, item.handle), _retyped(tl, item.type, tl.float32))
 
 
 def _narrowed(interpreter: Any, result: Any) -> Any:
@@ -232,8 +229,10 @@ def _narrowed(interpreter: Any, result: Any) -> Any:
         return type(result)(_narrowed(interpreter, r) for r in result)
     if isinstance(result, tl.core.tensor) and result.dtype == tl.float32:
         handle = interpreter.TensorHandle(encode(result.handle.data), tl.bfloat16)
-        ty = result.type
-        narrow = tl.block_type(tl.bfloat16, list(ty.shape)) if isinstance(ty, tl.block_type) \
-            else tl.bfloat16  # fmt: skip
-        return tl.core.tensor(handle, narrow)
+        return tl.core.tensor(handle, _retyped(tl, result.type, tl.bfloat16))
     return result
+
+
+def _retyped(tl: Any, ty: Any, dtype: Any) -> Any:
+    """``ty`` with ``dtype`` for its elements: a block keeps its shape, a scalar is ``dtype``."""
+    return tl.block_type(dtype, list(ty.shape)) if isinstance(ty, tl.block_type) else dtype
