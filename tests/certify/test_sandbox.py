@@ -319,7 +319,7 @@ def test_the_worker_exits_when_the_certifier_is_killed(tmp_path: Path) -> None:
     script = tmp_path / "certifier.py"
     script.write_text(
         "import sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        f"sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]\n"
         "from test_sandbox import job, kernel\n"
         "from kcert.certify.sandbox import Sandbox\n"
         "sandbox = Sandbox(kernel('spin'), 'triton-interpreter', deadline_s=600)\n"

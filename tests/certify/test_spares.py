@@ -6,7 +6,6 @@ These run real worker processes on the Triton interpreter: no GPU is needed.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_procs import sandboxed_python
+from sandbox_procs import sandboxed_python, worker_processes
 from test_sandbox import gone, job, kernel
 
 from kcert.certify.execution import RunStatus
@@ -33,33 +32,6 @@ def _maps(pid: int) -> str:
         return Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return ""
-
-
-def worker_processes() -> set[int]:
-    """Our descendants that run ``kcert.certify.worker`` (bwrap's processes included)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"kcert.certify.worker" in cmdline and _descends(int(entry), os.getpid()):
-            found.add(int(entry))
-    return found
-
-
-def _descends(pid: int, ancestor: int) -> bool:
-    while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-        if pid == ancestor:
-            return True
-    return False
 
 
 @pytest.fixture
@@ -221,7 +193,7 @@ def test_workers_exit_with_the_certifier(tmp_path: Path) -> None:
         # the pool is never closed: the lifeline alone must end its workers
         script.write_text(
             "import os, sys, time\n"
-            f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            f"sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]\n"
             "from test_sandbox import kernel\n"
             "from kcert.certify.spares import WorkerPool\n"
             "from kcert.certify.sandbox import Sandbox\n"

@@ -3,12 +3,12 @@ after that pool is closed and every worker that could have run kernel code is de
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_procs import worker_processes
 from typer.testing import CliRunner
 
 from kcert.certify.spares import WorkerPool
@@ -49,33 +49,6 @@ out = "out f32[n]"
 n = "i32 = n"
 BLOCK = "const = 64"
 """
-
-
-def worker_processes() -> set[int]:
-    """Our descendants that run ``kcert.certify.worker`` (bwrap's processes included)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"kcert.certify.worker" in cmdline and _descends(int(entry), os.getpid()):
-            found.add(int(entry))
-    return found
-
-
-def _descends(pid: int, ancestor: int) -> bool:
-    while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-        if pid == ancestor:
-            return True
-    return False
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Finding a sandboxed worker's own Python process from outside its sandbox (for tests)."""
+"""Finding kcert's worker processes from outside their sandboxes (for tests)."""
 
 from __future__ import annotations
 
@@ -43,3 +43,18 @@ def _descends(pid: int, ancestor: int) -> bool:
             return False
         pid = int(stat.rsplit(")", 1)[1].split()[1])
     return False
+
+
+def worker_processes() -> set[int]:
+    """Our descendants that run ``kcert.certify.worker`` (bwrap's processes included)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"kcert.certify.worker" in cmdline and _descends(int(entry), os.getpid()):
+            found.add(int(entry))
+    return found
